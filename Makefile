@@ -1,0 +1,50 @@
+# kiln: the two commands are `make image` and `make test`. Both install what
+# they need (Debian packages, Go modules) and cache slow inputs under
+# $(KILN_CACHE), keyed by content.
+
+SHELL       := /bin/bash
+GO          ?= go
+KILN_CACHE  ?= $(HOME)/.cache/kiln
+OUT         ?= out
+SPEC        ?=
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
+export KILN_CACHE
+
+.PHONY: all deps kiln image test unit qemu-test bench clean
+
+all: image
+
+deps:
+	@bash scripts/host-deps.sh
+	@$(GO) mod download
+
+# The kiln binary is static: the same file runs on the build host and is
+# baked into the image as the node agent.
+kiln: bin/kiln
+bin/kiln: FORCE
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
+
+# Build the default image (the spec embedded from images/node.yaml unless
+# SPEC=path is given) into $(OUT)/.
+image: deps bin/kiln
+	./bin/kiln build $(if $(SPEC),-f $(SPEC)) -o $(OUT)
+
+# Unit tests, then the QEMU boot tests against the image in $(OUT)/.
+test: unit qemu-test
+
+unit: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /qemu-tests)
+
+qemu-test: image
+	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -v ./qemu-tests/... 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
+
+bench: deps bin/kiln
+	bash scripts/bench.sh
+
+clean:
+	rm -rf bin $(OUT)
+
+FORCE:
