@@ -1,0 +1,124 @@
+// Package images owns the image spec: the versioned YAML document that says
+// what a kiln node image holds and which artifacts to write, its validation,
+// and the default node spec embedded in the kiln binary.
+package images
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+)
+
+// APIVersion and Kind identify an image spec document.
+const (
+	APIVersion = "kiln.dev/v1alpha1"
+	Kind       = "Image"
+)
+
+// DefaultName is the file name reported for the embedded default spec.
+const DefaultName = "images/node.yaml (embedded)"
+
+//go:embed node.yaml
+var defaultSpec []byte
+
+// Default returns the embedded default node spec, as written in images/node.yaml.
+func Default() []byte { return append([]byte(nil), defaultSpec...) }
+
+// Spec is one image spec document.
+type Spec struct {
+	APIVersion      string   `json:"apiVersion"`
+	Kind            string   `json:"kind"`
+	Metadata        Metadata `json:"metadata"`
+	Base            Base     `json:"base"`
+	Packages        []string `json:"packages"`
+	Kernel          Kernel   `json:"kernel"`
+	Payload         Payload  `json:"payload,omitempty"`
+	Ignition        string   `json:"ignition,omitempty"`
+	Outputs         []Output `json:"outputs"`
+	SourceDateEpoch int64    `json:"sourceDateEpoch"`
+	Squashfs        Squashfs `json:"squashfs"`
+
+	// Dir is the directory relative paths in the spec are resolved
+	// against (the spec file's directory); Hash is the sha256 of the
+	// spec's bytes. Neither is part of the document.
+	Dir  string `json:"-"`
+	Hash string `json:"-"`
+}
+
+// Metadata names the image.
+type Metadata struct {
+	Name string `json:"name"`
+}
+
+// Base is the Debian release the root filesystem is bootstrapped from.
+type Base struct {
+	Suite  string `json:"suite"`
+	Mirror string `json:"mirror"`
+	Arch   string `json:"arch"`
+}
+
+// Kernel selects the kernel package and extra kernel arguments.
+type Kernel struct {
+	Package string   `json:"package"`
+	Cmdline []string `json:"cmdline,omitempty"`
+}
+
+// Payload is what is baked in beyond Debian packages: binaries and files
+// fetched from a local path, file:// or https:// URL, each pinned by sha256.
+type Payload struct {
+	Files []PayloadFile `json:"files,omitempty"`
+}
+
+// PayloadFile is one file placed into the root filesystem.
+type PayloadFile struct {
+	Path   string `json:"path"`   // absolute path in the image
+	Source string `json:"source"` // relative path, file:///..., or https://...
+	SHA256 string `json:"sha256"`
+	Mode   string `json:"mode,omitempty"` // octal, default 0644
+}
+
+// Squashfs selects the root filesystem compression.
+type Squashfs struct {
+	Compression string `json:"compression"`
+	Level       int    `json:"level,omitempty"`
+}
+
+// Output is an artifact kind.
+type Output string
+
+// The artifacts kiln can write.
+const (
+	OutputISO Output = "iso"
+	OutputRaw Output = "raw"
+	OutputPXE Output = "pxe"
+)
+
+// Wants reports whether the spec asks for output o.
+func (s *Spec) Wants(o Output) bool {
+	for _, w := range s.Outputs {
+		if w == o {
+			return true
+		}
+	}
+	return false
+}
+
+// Load reads and validates the spec at path; an empty path means the
+// embedded default.
+func Load(path string) (*Spec, error) {
+	if path == "" {
+		return Parse(DefaultName, Default(), ".")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading image spec: %w", err)
+	}
+	return Parse(path, data, dirOf(path))
+}
+
+func hashOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
