@@ -1,16 +1,87 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
 
+	"github.com/kiln-project/kiln/builder"
+	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/validation"
 	"github.com/spf13/cobra"
 )
 
-// Placeholder until the build subcommand lands.
 func newBuildCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "build",
-		Short: "(not yet implemented)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("build: not implemented yet") },
+	var specPath, outDir, cacheDir string
+	cmd := &cobra.Command{
+		Use:   "build [-f SPEC] [-o DIR]",
+		Short: "Bake a node image (ISO, raw GPT disk, PXE set) from an image spec",
+		Long: `Bake a bootable, immutable node image from an image spec.
+
+With no -f, the default node spec (images/node.yaml, embedded in kiln) is used.
+The build runs as root (debootstrap, chroot) and writes, in DIR:
+
+  node.iso             hybrid ISO: BIOS and UEFI, CD or written raw to a USB disk
+  node.raw             GPT disk image (UEFI): ESP + squashfs root partition
+  pxe/                 vmlinuz, initrd.img, rootfs.squashfs, boot.ipxe
+  node.manifest.json   kernel, packages, binaries and artifacts with sha256
+
+Slow inputs (the Debian base root filesystem, downloaded packages) are cached
+in the cache directory, keyed by a hash of what produced them. Artifacts are
+built aside and moved into DIR only when every step succeeded: a failed or
+interrupted build leaves DIR as it was, and can simply be run again.`,
+		Example: `  kiln build -o out/
+  kiln build -f images/node.yaml -o out/ --cache ~/.cache/kiln`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := images.Load(specPath)
+			if err != nil {
+				var l *validation.List
+				if errors.As(err, &l) || os.IsNotExist(errors.Unwrap(err)) {
+					return usageError{err}
+				}
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the kiln binary to bake in: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBuild(ctx, builder.Options{
+				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Progress: cmd.ErrOrStderr(),
+			})
+		},
 	}
+	cmd.Flags().StringVarP(&specPath, "file", "f", "", "image spec (default: the embedded images/node.yaml)")
+	cmd.Flags().StringVarP(&outDir, "output", "o", "out", "directory the artifacts are written to")
+	cmd.Flags().StringVar(&cacheDir, "cache", defaultCacheDir(), "cache directory for slow inputs ($KILN_CACHE)")
+	return cmd
+}
+
+func runBuild(ctx context.Context, opts builder.Options) error {
+	if os.Geteuid() != 0 {
+		return usageError{errors.New("build: must run as root (debootstrap and chroot need it)")}
+	}
+	start := time.Now()
+	if err := builder.Build(ctx, opts); err != nil {
+		return fmt.Errorf("build of %s failed (nothing in %s was changed): %w", opts.Spec.Metadata.Name, opts.OutDir, err)
+	}
+	fmt.Fprintf(opts.Progress, "built %s in %s into %s\n", opts.Spec.Metadata.Name, time.Since(start).Round(time.Second), opts.OutDir)
+	return nil
+}
+
+func defaultCacheDir() string {
+	if d := os.Getenv("KILN_CACHE"); d != "" {
+		return d
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".cache", "kiln")
+	}
+	return ".kiln-cache"
 }

@@ -1,0 +1,84 @@
+package builder
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Labels the boot chain finds the root by; docs/architecture.md names them.
+const (
+	ISOVolumeID   = "KILN"
+	ESPPartLabel  = "KILN-ESP"
+	RootPartLabel = "KILN-ROOT"
+	isoSquashPath = "/LiveOS/squashfs.img"
+	bootKernel    = "/kiln/vmlinuz"
+	bootInitrd    = "/kiln/initrd.img"
+	bootConfig    = "/kiln/boot.cfg"
+)
+
+// baseCmdline is common to every boot path: the serial console last so
+// /dev/console (and the agent's status line) is the serial port, and the
+// root overlaid by tmpfs.
+var baseCmdline = []string{"rd.live.overlay.overlayfs=1", "console=tty0", "console=ttyS0,115200"}
+
+func cmdline(root string, extra []string) string {
+	args := append([]string{"root=" + root}, baseCmdline...)
+	return strings.Join(append(args, extra...), " ")
+}
+
+// ISOCmdline boots the squashfs from a CD (or the ISO written to a disk).
+func ISOCmdline(extra []string) string { return cmdline("live:CDLABEL="+ISOVolumeID, extra) }
+
+// RawCmdline boots the squashfs partition of the raw disk.
+func RawCmdline(extra []string) string { return cmdline("live:PARTLABEL="+RootPartLabel, extra) }
+
+// grubEmbedded is baked into the EFI GRUB binary: it finds whichever
+// medium carries /kiln/boot.cfg (the ISO or the raw disk's ESP).
+const grubEmbedded = `serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+search --no-floppy --set=root --file ` + bootConfig + `
+configfile ($root)` + bootConfig + `
+`
+
+// grubBootCfg is the per-medium GRUB menu: one entry, no wait.
+func grubBootCfg(cmd string) string {
+	return fmt.Sprintf(`set timeout=0
+set default=0
+menuentry "kiln" {
+	linux %s %s
+	initrd %s
+}
+`, bootKernel, cmd, bootInitrd)
+}
+
+// isolinuxCfg boots the ISO under BIOS.
+func isolinuxCfg(cmd string) string {
+	return fmt.Sprintf(`SERIAL 0 115200
+DEFAULT kiln
+PROMPT 0
+TIMEOUT 0
+LABEL kiln
+  KERNEL %s
+  INITRD %s
+  APPEND %s
+`, bootKernel, bootInitrd, cmd)
+}
+
+// ipxeScript loads kernel and initrd from base-url (default: the TFTP
+// server that served the script) and tells the initramfs to fetch the root
+// from the same place. kiln-args carries extra kernel arguments such as
+// ignition.config.url=.
+func ipxeScript(extra []string) string {
+	args := append([]string{"initrd=initrd.img", "root=live:${base-url}/rootfs.squashfs", "ip=dhcp", "rd.neednet=1"}, baseCmdline...)
+	args = append(args, extra...)
+	return fmt.Sprintf(`#!ipxe
+# kiln PXE boot. Set base-url (http://, https:// or tftp://) before chaining
+# this script to fetch from elsewhere than the TFTP server; put extra kernel
+# arguments (e.g. ignition.config.url=...) in kiln-args.
+isset ${base-url} || set base-url tftp://${next-server}
+kernel ${base-url}/vmlinuz %s ${kiln-args}
+initrd ${base-url}/initrd.img
+boot
+`, strings.Join(args, " "))
+}

@@ -1,0 +1,135 @@
+// Package builder bakes a kiln node image from an image spec.
+//
+// The pipeline is one list of numbered steps: base root filesystem
+// (debootstrap + apt, cached by content), node configuration, the kiln agent,
+// the payload, the initramfs (dracut), the squashfs, then one writer per
+// requested artifact (ISO, raw disk, PXE) and the manifest. Everything is
+// written into a staging directory beside the output and moved into place
+// only when every step succeeded.
+package builder
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/kiln-project/kiln/images"
+)
+
+// Options configure one build.
+type Options struct {
+	Spec       *images.Spec
+	OutDir     string    // artifacts land here
+	CacheDir   string    // slow inputs, keyed by content
+	KilnBinary string    // the static kiln binary baked into the image
+	Progress   io.Writer // one line per step start and end
+	Runner     Runner    // nil: ExecRunner
+	Now        func() time.Time
+}
+
+// build is the state the steps share.
+type build struct {
+	opts     Options
+	spec     *images.Spec
+	run      Runner
+	work     string // scratch: root filesystem, boot trees
+	rootfs   string
+	stage    string // artifacts before they are published
+	kver     string // kernel version found in the root filesystem
+	binaries []FileDigest
+	epochEnv string
+}
+
+// Build runs the whole pipeline. On any failure, or when ctx is cancelled,
+// the output directory is left as it was.
+func Build(ctx context.Context, opts Options) error {
+	if opts.Runner == nil {
+		opts.Runner = ExecRunner{Env: os.Environ()}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	unlock, err := lockCache(opts.CacheDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	b, cleanup, err := newBuild(opts)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := runSteps(ctx, b, pipeline(), opts.Progress, opts.Now); err != nil {
+		return err
+	}
+	return publish(b.stage, opts.OutDir, artifactNames(b.spec))
+}
+
+// pipeline is the build, in order. Artifact writers skip themselves when
+// the spec does not ask for their output.
+func pipeline() []step {
+	return []step{
+		{name: "base root filesystem", run: (*build).baseRootfs},
+		{name: "configure node", run: (*build).configureNode},
+		{name: "kiln agent", run: (*build).installAgent},
+		{name: "payload", run: (*build).installPayload, skip: func(b *build) bool { return len(b.spec.Payload.Files) == 0 }},
+		{name: "initramfs (dracut)", run: (*build).initramfs},
+		{name: "root squashfs", run: (*build).squashfs},
+		{name: "boot loaders", run: (*build).bootLoaders, skip: func(b *build) bool { return !b.spec.Wants(images.OutputISO) && !b.spec.Wants(images.OutputRaw) }},
+		{name: "iso", run: (*build).writeISO, skip: func(b *build) bool { return !b.spec.Wants(images.OutputISO) }},
+		{name: "raw disk", run: (*build).writeRaw, skip: func(b *build) bool { return !b.spec.Wants(images.OutputRaw) }},
+		{name: "pxe", run: (*build).writePXE, skip: func(b *build) bool { return !b.spec.Wants(images.OutputPXE) }},
+		{name: "manifest", run: (*build).writeManifest},
+	}
+}
+
+func newBuild(opts Options) (*build, func(), error) {
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("creating output directory: %w", err)
+	}
+	if err := removeStale(opts.OutDir, ".kiln-build-"); err != nil {
+		return nil, nil, err
+	}
+	workRoot := filepath.Join(opts.CacheDir, "work")
+	if err := os.MkdirAll(workRoot, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("creating cache directory: %w", err)
+	}
+	if err := removeStale(workRoot, "build-"); err != nil {
+		return nil, nil, err
+	}
+	stage, err := os.MkdirTemp(opts.OutDir, ".kiln-build-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating staging directory: %w", err)
+	}
+	work, err := os.MkdirTemp(workRoot, "build-")
+	if err != nil {
+		os.RemoveAll(stage)
+		return nil, nil, fmt.Errorf("creating work directory: %w", err)
+	}
+	b := &build{
+		opts: opts, spec: opts.Spec, run: opts.Runner,
+		work: work, rootfs: filepath.Join(work, "rootfs"), stage: stage,
+		epochEnv: "SOURCE_DATE_EPOCH=" + strconv.FormatInt(opts.Spec.SourceDateEpoch, 10),
+	}
+	// go-diskfs takes FAT timestamps from SOURCE_DATE_EPOCH; it reads the
+	// process environment, so the build sets it there.
+	if err := os.Setenv("SOURCE_DATE_EPOCH", strconv.FormatInt(opts.Spec.SourceDateEpoch, 10)); err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() {
+		unmountUnder(work)
+		os.RemoveAll(work)
+		os.RemoveAll(stage)
+	}
+	return b, cleanup, nil
+}
+
+// epoch is the spec's fixed timestamp for every file in every artifact.
+func (b *build) epoch() time.Time { return time.Unix(b.spec.SourceDateEpoch, 0).UTC() }

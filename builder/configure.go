@@ -1,0 +1,104 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// file is one file written into the root filesystem.
+type file struct {
+	path string // absolute, inside the image
+	data string
+	mode os.FileMode
+}
+
+func writeFiles(rootfs string, files []file) error {
+	for _, f := range files {
+		p := filepath.Join(rootfs, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("writing %s: %w", f.path, err)
+		}
+		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
+			return fmt.Errorf("writing %s: %w", f.path, err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			return fmt.Errorf("writing %s: %w", f.path, err)
+		}
+	}
+	return nil
+}
+
+// nodeFiles is the node configuration every kiln image carries. The agent
+// and the node's Ignition config add to it at boot.
+func nodeFiles() []file {
+	return []file{
+		{path: "/etc/machine-id", mode: 0o444}, // empty: systemd makes one per boot
+		{path: "/etc/hostname", data: "kiln\n", mode: 0o644},
+		{path: "/etc/fstab", data: "# kiln: the root is a read-only squashfs under a tmpfs overlay; the agent mounts the state partition\n", mode: 0o644},
+		{path: "/etc/systemd/network/90-kiln-dhcp.network", mode: 0o644,
+			data: "# kiln default: DHCP on every wired NIC. A node's Ignition config may add lower-numbered files.\n[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n"},
+		{path: "/etc/sysctl.d/90-kiln.conf", mode: 0o644,
+			data: "# The kubelet with protectKernelDefaults refuses to start without these.\nvm.overcommit_memory = 1\nkernel.panic = 10\nkernel.panic_on_oops = 1\n" +
+				"net.ipv4.ip_forward = 1\n"},
+		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
+		{path: "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf", mode: 0o644,
+			data: "# kiln: host keys are made on the node, never baked into the image.\n[Service]\nExecStartPre=/usr/bin/ssh-keygen -A\n"},
+		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
+		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
+	}
+}
+
+// dracutConf builds one initramfs that finds the root on a CD, a disk
+// partition or the network, and overlays it with tmpfs.
+const dracutConf = `# kiln: one initramfs for every boot path (CD, disk partition, PXE)
+hostonly="no"
+reproducible="yes"
+compress="zstd"
+add_dracutmodules+=" dmsquash-live livenet network-legacy url-lib "
+omit_dracutmodules+=" plymouth btrfs mdraid lvm multipath iscsi nfs crypt dmraid resume "
+add_drivers+=" squashfs overlay loop isofs sr_mod cdrom virtio_blk virtio_scsi virtio_net virtio_pci virtio_console ahci ata_piix e1000 e1000e qemu_fw_cfg ext4 vfat nls_cp437 nls_iso8859_1 "
+`
+
+// unitsEnabled and unitsMasked shape what runs on an immutable node.
+var (
+	unitsEnabled = []string{"systemd-networkd.service", "systemd-timesyncd.service", "containerd.service", "docker.service"}
+	unitsMasked  = []string{"apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_reap.service"}
+)
+
+// configureNode turns the installed base into a kiln node: no baked host
+// identity, networkd with DHCP, the sysctls the kubelet needs, and nothing
+// left over from the build chroot.
+func (b *build) configureNode(ctx context.Context) error {
+	for _, glob := range []string{"/etc/ssh/ssh_host_*", "/boot/initrd.img-*", "/initrd.img*", "/var/lib/dbus/machine-id", "/usr/sbin/policy-rc.d"} {
+		if err := removeGlob(b.rootfs, glob); err != nil {
+			return err
+		}
+	}
+	if err := writeFiles(b.rootfs, nodeFiles()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(b.rootfs, "var/lib/kiln-state"), 0o755); err != nil {
+		return err
+	}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if err := b.chroot(ctx, env, "systemctl", append([]string{"enable", "--quiet"}, unitsEnabled...)...); err != nil {
+		return err
+	}
+	return b.chroot(ctx, env, "systemctl", append([]string{"mask", "--quiet"}, unitsMasked...)...)
+}
+
+func removeGlob(rootfs, glob string) error {
+	matches, err := filepath.Glob(filepath.Join(rootfs, glob))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		if err := os.RemoveAll(m); err != nil {
+			return fmt.Errorf("removing %s: %w", strings.TrimPrefix(m, rootfs), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package builder
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Manifest says what an image holds. It is written last, next to the
+// artifacts it describes, and is byte-stable for the same inputs.
+type Manifest struct {
+	Name            string       `json:"name"`
+	SpecSHA256      string       `json:"specSHA256"`
+	SourceDateEpoch int64        `json:"sourceDateEpoch"`
+	Kernel          string       `json:"kernel"`
+	Packages        []Package    `json:"packages"`
+	Binaries        []FileDigest `json:"binaries"`
+	Artifacts       []FileDigest `json:"artifacts"`
+}
+
+// Package is one installed Debian package.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// FileDigest identifies one file by path, sha256 and size.
+type FileDigest struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// runtimeBinaries are the Debian-packaged binaries a node depends on;
+// the manifest pins them by digest beside kiln's own.
+var runtimeBinaries = []string{"/usr/bin/containerd", "/usr/bin/containerd-shim-runc-v2", "/usr/sbin/runc",
+	"/usr/sbin/dockerd", "/usr/bin/docker", "/usr/sbin/iptables-legacy", "/usr/sbin/conntrack"}
+
+func (b *build) writeManifest(ctx context.Context) error {
+	pkgs, err := installedPackages(b.rootfs)
+	if err != nil {
+		return err
+	}
+	bins := append([]FileDigest(nil), b.binaries...)
+	cni, _ := filepath.Glob(filepath.Join(b.rootfs, "usr/lib/cni/*"))
+	for _, p := range append(prefixed(b.rootfs, runtimeBinaries), cni...) {
+		d, err := digestFile(p)
+		if err != nil {
+			return fmt.Errorf("manifest: %w", err)
+		}
+		d.Path = strings.TrimPrefix(p, b.rootfs)
+		bins = append(bins, d)
+	}
+	sort.Slice(bins, func(i, j int) bool { return bins[i].Path < bins[j].Path })
+	m := Manifest{Name: b.spec.Metadata.Name, SpecSHA256: b.spec.Hash, SourceDateEpoch: b.spec.SourceDateEpoch,
+		Kernel: b.kver, Packages: pkgs, Binaries: bins}
+	if m.Artifacts, err = artifactDigests(b.stage); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.stage, ManifestName), append(data, '\n'), 0o644)
+}
+
+// artifactDigests hashes every staged artifact, paths relative to the
+// output directory.
+func artifactDigests(stage string) ([]FileDigest, error) {
+	var out []FileDigest
+	err := filepath.Walk(stage, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		d, err := digestFile(p)
+		if err != nil {
+			return err
+		}
+		d.Path, _ = filepath.Rel(stage, p)
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+// installedPackages reads dpkg's status file of the image.
+func installedPackages(rootfs string) ([]Package, error) {
+	data, err := os.ReadFile(filepath.Join(rootfs, "var/lib/dpkg/status"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the image's package list: %w", err)
+	}
+	var out []Package
+	var cur Package
+	installed := false
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	flush := func() {
+		if cur.Name != "" && installed {
+			out = append(out, cur)
+		}
+		cur, installed = Package{}, false
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			flush()
+		case strings.HasPrefix(line, "Package: "):
+			cur.Name = strings.TrimPrefix(line, "Package: ")
+		case strings.HasPrefix(line, "Version: "):
+			cur.Version = strings.TrimPrefix(line, "Version: ")
+		case strings.HasPrefix(line, "Status: "):
+			installed = strings.HasSuffix(line, " installed")
+		}
+	}
+	flush()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, sc.Err()
+}
+
+func digestFile(p string) (FileDigest, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return FileDigest{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileDigest{}, fmt.Errorf("hashing %s: %w", p, err)
+	}
+	return FileDigest{Path: p, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}
+
+func digestBytes(path string, data []byte) FileDigest {
+	s := sha256.Sum256(data)
+	return FileDigest{Path: path, SHA256: hex.EncodeToString(s[:]), Size: int64(len(data))}
+}
+
+func prefixed(root string, paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Join(root, p)
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+// Package source finds the node's Ignition config. Sources are tried in a
+// fixed order and the first that has a config wins; each is named in the
+// log so an operator can tell where a node's config came from.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrAbsent means a source has no config (as opposed to a broken one).
+var ErrAbsent = errors.New("no config")
+
+// Source is one place a config can come from.
+type Source struct {
+	Name  string
+	Fetch func(ctx context.Context) ([]byte, error)
+}
+
+// Names of the sources, as they appear in logs and the status line.
+const (
+	State       = "state"
+	Embedded    = "embedded"
+	FwCfg       = "fw_cfg"
+	URL         = "url"
+	ConfigDrive = "config-drive"
+)
+
+// Paths, relative to the node's root.
+const (
+	StateConfigPath    = "/var/lib/kiln/config.ign"
+	EmbeddedConfigPath = "/usr/lib/kiln/config.ign"
+	fwCfgPath          = "/sys/firmware/qemu_fw_cfg/by_name/opt/com.coreos/config/raw"
+	ConfigDriveLabel   = "KILN-CONFIG"
+)
+
+// System is what the sources need from the node beyond files.
+type System interface {
+	// Run runs a command (modprobe, blkid, mount, umount).
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// Env describes the node the sources read from.
+type Env struct {
+	Root         string // "/" on a node; a temp dir in tests
+	StateMounted bool   // the state partition is mounted: its copy comes first
+	Cmdline      string // the kernel command line
+	Sys          System
+	Fetcher      *Fetcher
+}
+
+// Standard returns the sources in the order the agent tries them.
+func Standard(env Env) []Source {
+	var out []Source
+	if env.StateMounted {
+		out = append(out, Source{State, fileSource(env.path(StateConfigPath))})
+	}
+	return append(out,
+		Source{Embedded, fileSource(env.path(EmbeddedConfigPath))},
+		Source{FwCfg, env.fwCfg},
+		Source{URL, env.url},
+		Source{ConfigDrive, env.configDrive},
+	)
+}
+
+// First tries sources in order and returns the first config found. A
+// source that fails (rather than being absent) stops the search: a broken
+// config must be reported, never skipped in favour of the next one.
+func First(ctx context.Context, sources []Source) (name string, cfg []byte, err error) {
+	for _, s := range sources {
+		data, err := s.Fetch(ctx)
+		switch {
+		case errors.Is(err, ErrAbsent):
+			continue
+		case err != nil:
+			return s.Name, nil, fmt.Errorf("config source %s: %w", s.Name, err)
+		}
+		return s.Name, data, nil
+	}
+	return "", nil, ErrAbsent
+}
+
+func (e Env) path(p string) string { return filepath.Join(e.Root, p) }
+
+func fileSource(path string) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, ErrAbsent
+		}
+		if err != nil {
+			return nil, err
+		}
+		return data, nil
+	}
+}
+
+func (e Env) fwCfg(ctx context.Context) ([]byte, error) {
+	if e.Sys != nil {
+		e.Sys.Run(ctx, "modprobe", "qemu_fw_cfg") // absent on real hardware: fine
+	}
+	return fileSource(e.path(fwCfgPath))(ctx)
+}
+
+func (e Env) url(ctx context.Context) ([]byte, error) {
+	raw := cmdlineArg(e.Cmdline, "ignition.config.url")
+	if raw == "" {
+		return nil, ErrAbsent
+	}
+	u := substitute(raw, nodeFacts(e.Root))
+	return e.Fetcher.Fetch(ctx, u)
+}
+
+func (e Env) configDrive(ctx context.Context) ([]byte, error) {
+	dev := e.path("/dev/disk/by-label/" + ConfigDriveLabel)
+	if _, err := os.Stat(dev); err != nil {
+		return nil, ErrAbsent
+	}
+	mnt, err := os.MkdirTemp(e.path("/run"), "kiln-config-drive-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(mnt)
+	if _, err := e.Sys.Run(ctx, "mount", "-o", "ro", dev, mnt); err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", dev, err)
+	}
+	defer e.Sys.Run(context.Background(), "umount", mnt)
+	data, err := os.ReadFile(filepath.Join(mnt, "config.ign"))
+	if err != nil {
+		return nil, fmt.Errorf("config drive %s: %w", ConfigDriveLabel, err)
+	}
+	return data, nil
+}
+
+// cmdlineArg returns the value of key=value on a kernel command line.
+func cmdlineArg(cmdline, key string) string {
+	for _, f := range strings.Fields(cmdline) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
