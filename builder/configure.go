@@ -36,7 +36,6 @@ func writeFiles(rootfs string, files []file) error {
 func nodeFiles() []file {
 	return []file{
 		{path: "/etc/machine-id", mode: 0o444}, // empty: systemd makes one per boot
-		{path: "/etc/hostname", data: "kiln\n", mode: 0o644},
 		{path: "/etc/fstab", data: "# kiln: the root is a read-only squashfs under a tmpfs overlay; the agent mounts the state partition\n", mode: 0o644},
 		{path: "/etc/systemd/network/90-kiln-dhcp.network", mode: 0o644,
 			data: "# kiln default: DHCP on every wired NIC. A node's Ignition config may add lower-numbered files.\n[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n"},
@@ -69,10 +68,11 @@ var (
 )
 
 // configureNode turns the installed base into a kiln node: no baked host
-// identity, networkd with DHCP, the sysctls the kubelet needs, and nothing
+// identity (machine id, SSH host keys, hostname: the build host's leaks in
+// through debootstrap), networkd with DHCP, the sysctls the kubelet needs, and nothing
 // left over from the build chroot.
 func (b *build) configureNode(ctx context.Context) error {
-	for _, glob := range []string{"/etc/ssh/ssh_host_*", "/boot/initrd.img-*", "/initrd.img*", "/var/lib/dbus/machine-id", "/usr/sbin/policy-rc.d"} {
+	for _, glob := range []string{"/etc/ssh/ssh_host_*", "/boot/initrd.img-*", "/initrd.img*", "/var/lib/dbus/machine-id", "/usr/sbin/policy-rc.d", "/etc/hostname"} {
 		if err := removeGlob(b.rootfs, glob); err != nil {
 			return err
 		}

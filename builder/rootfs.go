@@ -110,6 +110,8 @@ func aptFiles(s *images.Spec) []file {
 	return []file{
 		{path: "/etc/apt/sources.list", data: aptSources(s), mode: 0o644},
 		{path: "/usr/sbin/policy-rc.d", data: "#!/bin/sh\n# kiln: no service starts inside the build chroot\nexit 101\n", mode: 0o755},
+		// in place before the kernel's postinst runs dracut, so that run is cheap
+		{path: "/etc/dracut.conf.d/kiln.conf", data: dracutConf, mode: 0o644},
 		{path: "/etc/dpkg/dpkg.cfg.d/kiln-nodoc", mode: 0o644, data: "path-exclude=/usr/share/doc/*\npath-include=/usr/share/doc/*/copyright\n" +
 			"path-exclude=/usr/share/man/*\npath-exclude=/usr/share/info/*\npath-exclude=/usr/share/locale/*\npath-include=/usr/share/locale/locale.alias\n"},
 	}

@@ -1,0 +1,218 @@
+package ignite
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-project/kiln/firstboot/fsutil"
+)
+
+// Host is what applying needs from the node besides its files.
+type Host interface {
+	// Run runs a command such as useradd on the node.
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	SetHostname(name string) error
+}
+
+// Systemd is the part of systemd's D-Bus API the agent uses.
+type Systemd interface {
+	Reload(ctx context.Context) error
+	Enable(ctx context.Context, units []string) error
+	Disable(ctx context.Context, units []string) error
+	// Start queues a start job and does not wait for it: units ordered
+	// after the agent would otherwise deadlock.
+	Start(ctx context.Context, unit string) error
+}
+
+// Applier writes a Plan onto a node's root.
+type Applier struct {
+	Root       string   // "/" on a node
+	Persistent []string // paths whose content survives a reboot (the state partition)
+	StampDir   string   // where one-time steps record themselves (persistent)
+	Host       Host
+	Systemd    Systemd // nil: units are written but not reloaded, enabled or started
+	Log        func(format string, args ...any)
+}
+
+// Check finds conflicts before anything is written: a file or link that
+// exists, differs, must not be overwritten, and lives on a path that is
+// rebuilt from the image every boot (so it can only be an image file).
+func (a *Applier) Check(p *Plan) error {
+	var problems []string
+	for _, f := range p.Files {
+		if f.HasContents && !f.Overwrite && !a.persistent(f.Path) {
+			if old, err := os.ReadFile(a.path(f.Path)); err == nil && !bytes.Equal(old, f.Contents) {
+				problems = append(problems, fmt.Sprintf("%s exists in the image and overwrite is false", f.Path))
+			}
+		}
+	}
+	for _, l := range p.Links {
+		if !l.Overwrite && !a.persistent(l.Path) {
+			if cur, err := os.Readlink(a.path(l.Path)); err == nil && !l.Hard && cur != l.Target {
+				problems = append(problems, fmt.Sprintf("link %s exists (-> %s) and overwrite is false", l.Path, cur))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Apply runs the stages in order. It is idempotent: the agent re-applies
+// the stored config on every boot.
+func (a *Applier) Apply(ctx context.Context, p *Plan) error {
+	stages := []struct {
+		name string
+		run  func(context.Context, *Plan) error
+	}{
+		{"passwd", a.passwd},
+		{"directories", a.dirs},
+		{"files", a.files},
+		{"links", a.links},
+		{"units", a.units},
+		{"hostname", a.hostname},
+	}
+	for _, s := range stages {
+		if err := s.run(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+func (a *Applier) path(p string) string { return filepath.Join(a.Root, p) }
+
+func (a *Applier) persistent(p string) bool {
+	for _, pp := range a.Persistent {
+		if p == pp || strings.HasPrefix(p, pp+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Applier) logf(format string, args ...any) {
+	if a.Log != nil {
+		a.Log(format, args...)
+	}
+}
+
+func (a *Applier) dirs(ctx context.Context, p *Plan) error {
+	for _, d := range p.Dirs {
+		full := a.path(d.Path)
+		if err := os.MkdirAll(full, d.Mode); err != nil {
+			return fmt.Errorf("%s: %w", d.Path, err)
+		}
+		if err := os.Chmod(full, d.Mode); err != nil {
+			return fmt.Errorf("%s: %w", d.Path, err)
+		}
+		if err := a.chown(full, d.Node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Applier) files(ctx context.Context, p *Plan) error {
+	for _, f := range p.Files {
+		if err := a.file(f); err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+func (a *Applier) file(f File) error {
+	full := a.path(f.Path)
+	old, err := os.ReadFile(full)
+	exists := err == nil
+	data := f.Contents
+	switch {
+	case exists && f.HasContents && !f.Overwrite && a.persistent(f.Path):
+		data = old // kept across boots: overwrite is false
+	case exists && !f.HasContents:
+		data = old
+	}
+	data = append([]byte(nil), data...)
+	for i, extra := range f.Append {
+		if a.persistent(f.Path) && a.stamped("append", f.Path, i, extra) {
+			continue
+		}
+		data = append(data, extra...)
+	}
+	owner, err := a.owner(f.Node)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFile(full, data, f.Mode, owner); err != nil {
+		return err
+	}
+	if a.persistent(f.Path) {
+		for i, extra := range f.Append {
+			if err := a.stamp("append", f.Path, i, extra); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Applier) links(ctx context.Context, p *Plan) error {
+	for _, l := range p.Links {
+		full := a.path(l.Path)
+		if l.Hard {
+			tmp := full + ".kiln-link"
+			os.Remove(tmp)
+			if err := os.Link(a.path(l.Target), tmp); err != nil {
+				return fmt.Errorf("%s: %w", l.Path, err)
+			}
+			if err := os.Rename(tmp, full); err != nil {
+				return fmt.Errorf("%s: %w", l.Path, err)
+			}
+			continue
+		}
+		if err := fsutil.Symlink(l.Target, full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Applier) hostname(ctx context.Context, p *Plan) error {
+	for _, f := range p.Files {
+		if f.Path == "/etc/hostname" {
+			data, err := os.ReadFile(a.path(f.Path))
+			if err != nil {
+				return err
+			}
+			name := strings.TrimSpace(string(data))
+			a.logf("hostname %s", name)
+			return a.Host.SetHostname(name)
+		}
+	}
+	return nil
+}
+
+// One-time steps record a stamp named by what they did, so a re-apply on
+// the next boot skips them.
+func stampName(kind, path string, i int, data []byte) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%d\x00%s", kind, path, i, data)))
+	return kind + "-" + hex.EncodeToString(h[:8])
+}
+
+func (a *Applier) stamped(kind, path string, i int, data []byte) bool {
+	_, err := os.Stat(filepath.Join(a.path(a.StampDir), stampName(kind, path, i, data)))
+	return err == nil
+}
+
+func (a *Applier) stamp(kind, path string, i int, data []byte) error {
+	return fsutil.WriteFile(filepath.Join(a.path(a.StampDir), stampName(kind, path, i, data)), []byte(path+"\n"), 0o644, nil)
+}

@@ -1,0 +1,108 @@
+package ignite
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/coreos/ignition/v2/config/v3_5/types"
+)
+
+// Fetcher reads remote contents (http, https, tftp).
+type Fetcher interface {
+	Fetch(ctx context.Context, rawURL string) ([]byte, error)
+}
+
+// resolve returns a resource's bytes: fetched or decoded, hash-checked,
+// then decompressed.
+func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
+	if r.Source == nil {
+		return nil, nil
+	}
+	src := *r.Source
+	var data []byte
+	var err error
+	if strings.HasPrefix(src, "data:") {
+		data, err = decodeDataURL(src)
+	} else {
+		data, err = f.Fetch(ctx, src)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := verify(data, r.Verification.Hash); err != nil {
+		return nil, fmt.Errorf("%s: %w", shorten(src), err)
+	}
+	if r.Compression != nil && *r.Compression == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("%s: gzip: %w", shorten(src), err)
+		}
+		return io.ReadAll(zr)
+	}
+	return data, nil
+}
+
+// verify checks "sha256-<hex>" or "sha512-<hex>" against the raw
+// (still compressed) bytes, as the Ignition spec says.
+func verify(data []byte, want *string) error {
+	if want == nil {
+		return nil
+	}
+	algo, sum, ok := strings.Cut(*want, "-")
+	var h hash.Hash
+	switch {
+	case !ok:
+		return fmt.Errorf("verification hash %q is not <algo>-<hex>", *want)
+	case algo == "sha256":
+		h = sha256.New()
+	case algo == "sha512":
+		h = sha512.New()
+	default:
+		return fmt.Errorf("verification hash algorithm %q is not supported", algo)
+	}
+	h.Write(data)
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return fmt.Errorf("verification failed: %s is %s-%s, the config pins %s", "content", algo, got, *want)
+	}
+	return nil
+}
+
+// decodeDataURL decodes an RFC 2397 data URL.
+func decodeDataURL(s string) ([]byte, error) {
+	meta, payload, ok := strings.Cut(strings.TrimPrefix(s, "data:"), ",")
+	if !ok {
+		return nil, fmt.Errorf("data URL has no comma")
+	}
+	if strings.HasSuffix(meta, ";base64") {
+		b, err := base64.StdEncoding.DecodeString(payload)
+		if err != nil {
+			b, err = base64.RawStdEncoding.DecodeString(payload)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("data URL: %w", err)
+		}
+		return b, nil
+	}
+	out, err := url.PathUnescape(payload)
+	if err != nil {
+		return nil, fmt.Errorf("data URL: %w", err)
+	}
+	return []byte(out), nil
+}
+
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:57] + "..."
+	}
+	return s
+}

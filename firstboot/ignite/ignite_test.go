@@ -1,0 +1,237 @@
+package ignite
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseAcceptsEverySpecFrom30To35(t *testing.T) {
+	for _, v := range []string{"3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"} {
+		raw := fmt.Sprintf(`{"ignition":{"version":%q},"storage":{"files":[{"path":"/etc/x","contents":{"source":"data:,hi"}}]}}`, v)
+		cfg, _, err := Parse([]byte(raw))
+		if err != nil {
+			t.Errorf("spec %s: %v", v, err)
+			continue
+		}
+		if len(cfg.Storage.Files) != 1 || cfg.Storage.Files[0].Path != "/etc/x" {
+			t.Errorf("spec %s: translated config lost the file: %+v", v, cfg.Storage)
+		}
+	}
+}
+
+func TestParseRejectsInvalidConfigsWithAReport(t *testing.T) {
+	tests := []struct {
+		name, raw, want string
+	}{
+		{"not JSON", `{"ignition":`, "unexpected end"},
+		{"spec 2", `{"ignition":{"version":"2.3.0"}}`, "unsupported config version"},
+		{"relative path", `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"etc/x"}]}}`, "$.storage.files.0.path"},
+		{"duplicate file", `{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/a"},{"path":"/a"}]}}`, "duplicate"},
+		{"bad hash form", `{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/a","contents":{"source":"data:,x","verification":{"hash":"md5-00"}}}]}}`, "hash"},
+		{"unsupported luks", `{"ignition":{"version":"3.5.0"},"storage":{"luks":[{"name":"x","device":"/dev/vda"}]}}`, "storage.luks"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, report, err := Parse([]byte(tc.raw))
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("err = %v, want InvalidError", err)
+			}
+			all := err.Error() + "\n" + strings.Join(report, "\n")
+			if !strings.Contains(all, tc.want) {
+				t.Fatalf("report does not mention %q:\n%s", tc.want, all)
+			}
+		})
+	}
+}
+
+type fakeHost struct {
+	cmds     []string
+	hostname string
+	root     string
+}
+
+func (h *fakeHost) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	h.cmds = append(h.cmds, name+" "+strings.Join(args, " "))
+	if name == "useradd" { // emulate the shadow tool's effect
+		user := args[len(args)-1]
+		f, _ := os.OpenFile(filepath.Join(h.root, "etc/passwd"), os.O_APPEND|os.O_WRONLY, 0)
+		defer f.Close()
+		fmt.Fprintf(f, "%s:x:%d:%d::/home/%s:/bin/sh\n", user, os.Getuid(), os.Getgid(), user)
+	}
+	return nil, nil
+}
+
+func (h *fakeHost) SetHostname(n string) error { h.hostname = n; return nil }
+
+type fakeSystemd struct{ calls []string }
+
+func (s *fakeSystemd) Reload(context.Context) error { s.calls = append(s.calls, "reload"); return nil }
+func (s *fakeSystemd) Enable(_ context.Context, u []string) error {
+	s.calls = append(s.calls, "enable "+strings.Join(u, ","))
+	return nil
+}
+func (s *fakeSystemd) Disable(_ context.Context, u []string) error {
+	s.calls = append(s.calls, "disable "+strings.Join(u, ","))
+	return nil
+}
+func (s *fakeSystemd) Start(_ context.Context, u string) error { s.calls = append(s.calls, "start "+u); return nil }
+
+type noFetch struct{}
+
+func (noFetch) Fetch(context.Context, string) ([]byte, error) { return nil, errors.New("offline") }
+
+func gzipB64(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	w.Close()
+	return base64.StdEncoding.EncodeToString(b.Bytes())
+}
+
+func newRoot(t *testing.T) string {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/image-file"), []byte("from the image"), 0o644)
+	return root
+}
+
+const fullConfig = `{
+  "ignition": {"version": "3.4.0"},
+  "passwd": {"users": [{"name": "ops", "sshAuthorizedKeys": ["ssh-ed25519 AAAA ops@site"], "groups": ["sudo"]}]},
+  "storage": {
+    "directories": [{"path": "/var/lib/kiln/d", "mode": 448}],
+    "files": [
+      {"path": "/etc/hostname", "contents": {"source": "data:,node-1%0A"}},
+      {"path": "/etc/zipped", "mode": 384, "contents": {"compression": "gzip", "source": "data:;base64,%s"}},
+      {"path": "/var/lib/kiln/keep", "contents": {"source": "data:,v1"}},
+      {"path": "/var/lib/kiln/log", "append": [{"source": "data:,line%0A"}]}
+    ],
+    "links": [{"path": "/etc/link", "target": "/etc/hostname"}]
+  },
+  "systemd": {"units": [
+    {"name": "probe.service", "enabled": true, "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+     "dropins": [{"name": "10-x.conf", "contents": "[Service]\nEnvironment=A=1\n"}]},
+    {"name": "bad.service", "mask": true}
+  ]}
+}`
+
+func applyConfig(t *testing.T, root, raw string) (*fakeHost, *fakeSystemd) {
+	t.Helper()
+	cfg, _, err := Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := NewPlan(context.Background(), cfg, noFetch{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, s := &fakeHost{root: root}, &fakeSystemd{}
+	a := &Applier{Root: root, Persistent: []string{"/var/lib/kiln"}, StampDir: "/var/lib/kiln/stamps", Host: h, Systemd: s}
+	if err := a.Check(plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Apply(context.Background(), plan); err != nil {
+		t.Fatal(err)
+	}
+	return h, s
+}
+
+func read(t *testing.T, root, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestApplyWritesEveryKindOfNode(t *testing.T) {
+	root := newRoot(t)
+	h, s := applyConfig(t, root, strings.Replace(fullConfig, "%s", gzipB64("unzipped"), 1))
+	checks := map[string]string{
+		"/etc/hostname": "node-1\n", "/etc/zipped": "unzipped", "/var/lib/kiln/keep": "v1", "/var/lib/kiln/log": "line\n",
+		"/etc/systemd/system/probe.service.d/10-x.conf": "[Service]\nEnvironment=A=1\n",
+		"/home/ops/.ssh/authorized_keys":                "ssh-ed25519 AAAA ops@site\n",
+	}
+	for p, want := range checks {
+		if got := read(t, root, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "etc/zipped")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("/etc/zipped mode %v, want 0600", fi.Mode().Perm())
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "var/lib/kiln/d")); fi == nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("directory mode wrong: %v", fi)
+	}
+	if l, _ := os.Readlink(filepath.Join(root, "etc/link")); l != "/etc/hostname" {
+		t.Errorf("link -> %q", l)
+	}
+	if l, _ := os.Readlink(filepath.Join(root, "etc/systemd/system/bad.service")); l != "/dev/null" {
+		t.Errorf("mask -> %q, want /dev/null", l)
+	}
+	if h.hostname != "node-1" {
+		t.Errorf("hostname set to %q", h.hostname)
+	}
+	if want := "useradd -G sudo -m ops"; len(h.cmds) != 1 || h.cmds[0] != want {
+		t.Errorf("host commands %v, want [%s]", h.cmds, want)
+	}
+	if got := strings.Join(s.calls, "|"); got != "reload|enable probe.service|start probe.service" {
+		t.Errorf("systemd calls %q", got)
+	}
+}
+
+// The agent re-applies the stored config every boot: persistent files are
+// not clobbered when overwrite is false, and appends happen once.
+func TestReapplyIsIdempotentOnPersistentPaths(t *testing.T) {
+	root := newRoot(t)
+	cfg := strings.Replace(fullConfig, "%s", gzipB64("unzipped"), 1)
+	applyConfig(t, root, cfg)
+	os.WriteFile(filepath.Join(root, "var/lib/kiln/keep"), []byte("changed by the node"), 0o644)
+	applyConfig(t, root, cfg)
+	if got := read(t, root, "/var/lib/kiln/keep"); got != "changed by the node" {
+		t.Errorf("persistent file with overwrite=false was rewritten: %q", got)
+	}
+	if got := read(t, root, "/var/lib/kiln/log"); got != "line\n" {
+		t.Errorf("append ran twice: %q", got)
+	}
+}
+
+func TestCheckRefusesToClobberAnImageFile(t *testing.T) {
+	root := newRoot(t)
+	cfg, _, err := Parse([]byte(`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/image-file","contents":{"source":"data:,mine"}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _ := NewPlan(context.Background(), cfg, noFetch{})
+	a := &Applier{Root: root, Persistent: []string{"/var/lib/kiln"}}
+	if err := a.Check(plan); err == nil || !strings.Contains(err.Error(), "/etc/image-file exists") {
+		t.Fatalf("Check = %v, want a refusal naming the file", err)
+	}
+}
+
+func TestHashMismatchFailsThePlanBeforeAnyWrite(t *testing.T) {
+	sum := sha512.Sum512([]byte("other"))
+	raw := fmt.Sprintf(`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/a","contents":{"source":"data:,mine","verification":{"hash":"sha512-%s"}}}]}}`, hex.EncodeToString(sum[:]))
+	cfg, _, err := Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewPlan(context.Background(), cfg, noFetch{})
+	if err == nil || !strings.Contains(err.Error(), "storage.files[0] (/etc/a)") || !strings.Contains(err.Error(), "verification failed") {
+		t.Fatalf("err = %v, want a verification failure naming the file", err)
+	}
+}
