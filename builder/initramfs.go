@@ -53,13 +53,12 @@ func kernelVersion(rootfs string) (string, error) {
 	return found[0], nil
 }
 
-// squashfs packs the root filesystem. Every timestamp is the spec's
-// sourceDateEpoch, so the same tree always gives the same bytes.
+// squashfs packs the root filesystem. SOURCE_DATE_EPOCH makes mksquashfs
+// clamp every timestamp to the spec's epoch (it refuses -all-time beside
+// it), so the same tree always gives the same bytes.
 func (b *build) squashfs(ctx context.Context) error {
-	epoch := strconv.FormatInt(b.spec.SourceDateEpoch, 10)
 	args := []string{b.rootfs, filepath.Join(b.work, "rootfs.squashfs"),
-		"-noappend", "-no-progress", "-quiet", "-comp", b.spec.Squashfs.Compression,
-		"-all-time", epoch, "-mkfs-time", epoch}
+		"-noappend", "-no-progress", "-quiet", "-comp", b.spec.Squashfs.Compression}
 	if b.spec.Squashfs.Compression == "zstd" {
 		args = append(args, "-Xcompression-level", strconv.Itoa(b.spec.Squashfs.Level))
 	}

@@ -1,16 +1,67 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/kiln-project/kiln/firstboot"
 	"github.com/spf13/cobra"
 )
 
-// Placeholder until the firstboot subcommand lands.
 func newFirstbootCmd() *cobra.Command {
-	return &cobra.Command{
+	var root string
+	var once, noSystemd bool
+	cmd := &cobra.Command{
 		Use:   "firstboot",
-		Short: "(not yet implemented)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("firstboot: not implemented yet") },
+		Short: "Apply the node's Ignition config (run by kiln-firstboot.service on every boot)",
+		Long: `Find, validate and apply this node's Ignition config (spec 3.0 to 3.5).
+
+Sources, first hit wins: the copy stored on the state partition (label
+KILN-STATE), a config embedded in the image (/usr/lib/kiln/config.ign), QEMU
+fw_cfg opt/com.coreos/config, the kernel argument ignition.config.url=
+(http, https, tftp; ${mac}, ${uuid}, ${hostname} are substituted), and a
+config drive labelled KILN-CONFIG holding config.ign. With none, the agent says
+so on the console and waits: it never guesses a role.
+
+On the first boot it creates the state partition (on the disk the config
+labels KILN-STATE, else in the boot disk's free space), stores the config
+there and applies it; every later boot re-applies the stored copy. An invalid
+config prints its validation report and changes nothing.
+
+It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
+"kiln-firstboot: error: <reason>", and writes /run/kiln/status.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			agent := &firstboot.Agent{Root: root, Console: cmd.OutOrStdout(), Sys: firstboot.HostSystem{}, Wait: 5 * time.Second}
+			if once {
+				agent.Wait = 0
+			}
+			if !noSystemd {
+				sd, err := firstboot.NewDBusSystemd(ctx)
+				if err != nil {
+					return err
+				}
+				defer sd.Close()
+				agent.Systemd = sd
+			}
+			return runAgent(ctx, agent)
+		},
 	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node to configure (for tests)")
+	cmd.Flags().BoolVar(&once, "once", false, "do not wait for a config: fail when there is none")
+	cmd.Flags().BoolVar(&noSystemd, "no-systemd", false, "write units but do not reload, enable or start them (no running systemd)")
+	return cmd
+}
+
+// runAgent's error has already been printed as the agent's final line.
+func runAgent(ctx context.Context, a *firstboot.Agent) error {
+	if err := a.Run(ctx); err != nil {
+		os.Exit(exitFailure)
+	}
+	return nil
 }

@@ -85,7 +85,10 @@ func (s *fakeSystemd) Disable(_ context.Context, u []string) error {
 	s.calls = append(s.calls, "disable "+strings.Join(u, ","))
 	return nil
 }
-func (s *fakeSystemd) Start(_ context.Context, u string) error { s.calls = append(s.calls, "start "+u); return nil }
+func (s *fakeSystemd) Start(_ context.Context, u string) error {
+	s.calls = append(s.calls, "start "+u)
+	return nil
+}
 
 type noFetch struct{}
 

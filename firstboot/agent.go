@@ -1,0 +1,205 @@
+// Package firstboot is the kiln node agent: on every boot it finds the
+// node's Ignition config, validates it, makes sure the state partition
+// exists and is mounted, stores the config there and applies it. It ends
+// with exactly one console line: "kiln-firstboot: done source=<name>" or
+// "kiln-firstboot: error: <reason>".
+package firstboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/firstboot/source"
+	"github.com/kiln-project/kiln/firstboot/state"
+)
+
+// System is everything the agent needs from the node besides files.
+type System interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	SetHostname(name string) error
+}
+
+// Agent runs the first-boot sequence on one node.
+type Agent struct {
+	Root    string    // "/" on a node
+	Console io.Writer // the unit's stdout: journal and console
+	Sys     System
+	Systemd ignite.Systemd
+	// Wait is how often to look again for a config; 0 means do not wait
+	// (report "no config" as an error).
+	Wait time.Duration
+
+	status Status
+}
+
+const (
+	prefix         = "kiln-firstboot: "
+	inProgressPath = "/var/lib/kiln/firstboot.inprogress"
+	stampDir       = "/var/lib/kiln/stamps"
+)
+
+// Run does the whole sequence and prints the final line. The returned
+// error is the one the final line reports.
+func (a *Agent) Run(ctx context.Context) error {
+	a.status = Status{State: "running", BootID: a.bootID()}
+	a.console("start boot_id=%s", a.status.BootID)
+	a.writeStatus()
+	err := a.run(ctx)
+	if err != nil {
+		a.status.State, a.status.Error = "error", err.Error()
+		a.writeStatus()
+		a.console("error: %s", oneLine(err.Error()))
+		return err
+	}
+	a.status.State = "done"
+	a.writeStatus()
+	a.console("done source=%s", a.status.Source)
+	return nil
+}
+
+func (a *Agent) run(ctx context.Context) error {
+	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second}
+	dev, haveState := st.Find(ctx)
+	if haveState {
+		if err := st.Mount(ctx, dev); err != nil {
+			return err
+		}
+		a.step("state partition %s mounted", dev)
+	}
+	name, raw, err := a.config(ctx, haveState)
+	if err != nil {
+		return err
+	}
+	a.status.Source = name
+	plan, err := a.validate(ctx, raw)
+	if err != nil {
+		return err
+	}
+	if !haveState {
+		if haveState, err = a.createState(ctx, st, plan.cfg); err != nil {
+			return err
+		}
+	}
+	return a.apply(ctx, plan, haveState, name, raw)
+}
+
+// validated is a config that parsed, validated and has all content resolved.
+type validated struct {
+	cfg  ignitionConfig
+	plan *ignite.Plan
+}
+
+// validate parses the config, prints its report when it is broken, and
+// resolves every content: nothing is written before this passes.
+func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
+	cfg, report, err := ignite.Parse(raw)
+	var inv *ignite.InvalidError
+	if errors.As(err, &inv) {
+		a.status.Report = inv.Report
+		for _, line := range inv.Report {
+			a.console("config: %s", line)
+		}
+		return nil, fmt.Errorf("invalid config from %s: %v; nothing was changed", a.status.Source, inv.Err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range report {
+		a.logf("config: %s", w)
+	}
+	plan, err := ignite.NewPlan(ctx, cfg, source.NewFetcher(a.logf))
+	if err != nil {
+		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
+	}
+	if err := a.applier().Check(plan); err != nil {
+		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
+	}
+	return &validated{cfg: cfg, plan: plan}, nil
+}
+
+// createState makes the state partition on first boot. A diskless node
+// keeps its state in RAM, so every boot of it is a first boot.
+func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignitionConfig) (bool, error) {
+	a.status.FirstBoot = true
+	if err := fsutil.WriteFile(filepath.Join(a.Root, firstBootFlag), nil, 0o644, nil); err != nil {
+		return false, err
+	}
+	target, ok, err := st.TargetFor(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		a.step("no disk for the state partition: state stays in RAM")
+		return false, nil
+	}
+	dev, err := st.Create(ctx, target)
+	if err != nil {
+		return false, err
+	}
+	if err := st.Mount(ctx, dev); err != nil {
+		return false, err
+	}
+	a.step("state partition created on %s (%s)", target.Disk, dev)
+	return true, nil
+}
+
+// apply stores the config, then applies it between an in-progress stamp
+// and its removal, so a boot that dies half way is visible on the next.
+func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name string, raw []byte) error {
+	stamp := filepath.Join(a.Root, inProgressPath)
+	if old, err := os.ReadFile(stamp); err == nil {
+		a.status.Resumed = true
+		a.step("the previous boot did not finish applying its config (%s); applying again", strings.TrimSpace(string(old)))
+	}
+	if haveState && name != source.State {
+		if err := fsutil.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
+			return fmt.Errorf("storing the config on the state partition: %w", err)
+		}
+		a.step("config stored on the state partition")
+	}
+	if err := fsutil.WriteFile(stamp, []byte("boot "+a.status.BootID+"\n"), 0o644, nil); err != nil {
+		return err
+	}
+	if err := a.applier().Apply(ctx, v.plan); err != nil {
+		return err
+	}
+	a.step("config applied")
+	if err := os.Remove(stamp); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(stamp))
+}
+
+func (a *Agent) applier() *ignite.Applier {
+	return &ignite.Applier{Root: a.Root, Persistent: state.PersistentDirs, StampDir: stampDir, Host: a.Sys, Systemd: a.Systemd, Log: a.logf}
+}
+
+func (a *Agent) bootID() string {
+	b, err := os.ReadFile(filepath.Join(a.Root, "/proc/sys/kernel/random/boot_id"))
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (a *Agent) step(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	a.status.Steps = append(a.status.Steps, msg)
+	a.console("%s", msg)
+}
+
+func (a *Agent) console(format string, args ...any) {
+	fmt.Fprintf(a.Console, prefix+format+"\n", args...)
+}
+
+func (a *Agent) logf(format string, args ...any) { a.console(format, args...) }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

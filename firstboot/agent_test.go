@@ -1,0 +1,141 @@
+package firstboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeSys answers every disk tool with "nothing found", like a diskless
+// node booted from CD or PXE.
+type fakeSys struct{ cmds []string }
+
+func (f *fakeSys) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	f.cmds = append(f.cmds, name+" "+strings.Join(args, " "))
+	return nil, nil
+}
+func (f *fakeSys) SetHostname(string) error { return nil }
+
+func nodeRoot(t *testing.T, fwCfg string) string {
+	root := t.TempDir()
+	files := map[string]string{
+		"/proc/sys/kernel/random/boot_id": "b00t-1\n",
+		"/proc/cmdline":                   "console=ttyS0\n",
+		"/etc/passwd":                     "root:x:0:0::/root:/bin/sh\n",
+		"/etc/group":                      "root:x:0:\n",
+	}
+	if fwCfg != "" {
+		files["/sys/firmware/qemu_fw_cfg/by_name/opt/com.coreos/config/raw"] = fwCfg
+	}
+	for p, d := range files {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(d), 0o644)
+	}
+	return root
+}
+
+func runAgent(t *testing.T, root string) (string, error, Status) {
+	var out bytes.Buffer
+	a := &Agent{Root: root, Console: &out, Sys: &fakeSys{}}
+	err := a.Run(context.Background())
+	var st Status
+	data, rerr := os.ReadFile(filepath.Join(root, statusPath))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if jerr := json.Unmarshal(data, &st); jerr != nil {
+		t.Fatal(jerr)
+	}
+	return out.String(), err, st
+}
+
+func finalLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "kiln-firstboot: done") || strings.HasPrefix(l, "kiln-firstboot: error") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func TestDisklessNodeAppliesFwCfgConfigAndSaysDoneOnce(t *testing.T) {
+	root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`)
+	out, err, st := runAgent(t, root)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := finalLines(out); len(got) != 1 || got[0] != "kiln-firstboot: done source=fw_cfg" {
+		t.Fatalf("final lines %q, want exactly one done line\n%s", got, out)
+	}
+	if !strings.HasPrefix(out, "kiln-firstboot: start boot_id=b00t-1\n") {
+		t.Errorf("first line is not the start line:\n%s", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) != "hello" {
+		t.Errorf("/etc/motd = %q", b)
+	}
+	if st.State != "done" || st.Source != "fw_cfg" || !st.FirstBoot || st.BootID != "b00t-1" {
+		t.Errorf("status %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(root, firstBootFlag)); err != nil {
+		t.Errorf("%s missing on a diskless node's boot: %v", firstBootFlag, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, inProgressPath)); !os.IsNotExist(err) {
+		t.Errorf("in-progress stamp left behind: %v", err)
+	}
+}
+
+func TestInvalidConfigPrintsReportAndChangesNothing(t *testing.T) {
+	root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,x"}},{"path":"relative"}]}}`)
+	before := snapshot(t, root)
+	out, err, st := runAgent(t, root)
+	if err == nil {
+		t.Fatal("invalid config was applied")
+	}
+	got := finalLines(out)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "kiln-firstboot: error: invalid config from fw_cfg") {
+		t.Fatalf("final lines %q\n%s", got, out)
+	}
+	if !strings.Contains(out, "kiln-firstboot: config: ") || !strings.Contains(out, "storage.files.1.path") {
+		t.Errorf("the report with the field path is not on the console:\n%s", out)
+	}
+	if st.State != "error" || len(st.Report) == 0 {
+		t.Errorf("status %+v", st)
+	}
+	after := snapshot(t, root)
+	delete(after, statusPath)
+	if len(after) != len(before) {
+		t.Errorf("files changed by an invalid config: before %v after %v", keys(before), keys(after))
+	}
+}
+
+func TestNoConfigWithoutWaitingIsAnError(t *testing.T) {
+	out, err, st := runAgent(t, nodeRoot(t, ""))
+	if err == nil || st.State != "error" || !strings.Contains(out, "kiln-firstboot: error: no config found") {
+		t.Fatalf("err=%v state=%s\n%s", err, st.State, out)
+	}
+}
+
+func snapshot(t *testing.T, root string) map[string]bool {
+	m := map[string]bool{}
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			m["/"+rel] = true
+		}
+		return nil
+	})
+	return m
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coreos/ignition/v2/config/v3_5/types"
+)
+
+// Target says where to create the state partition.
+type Target struct {
+	Disk      string // whole-disk device
+	Number    int    // partition number; 0: the next free
+	StartMiB  int    // 0: the start of the largest free block
+	SizeMiB   int    // 0: fill the free space
+	WipeTable bool   // the config allows a new partition table
+}
+
+// TargetFor decides where the state partition goes: the disk whose
+// partition the config labels KILN-STATE, else the boot disk (the one
+// holding KILN-ROOT). ok is false for a diskless node: state stays in RAM.
+func (m *Manager) TargetFor(ctx context.Context, cfg types.Config) (Target, bool, error) {
+	for _, d := range cfg.Storage.Disks {
+		for _, p := range d.Partitions {
+			if p.Label != nil && *p.Label == Label {
+				t := Target{Disk: d.Device, Number: p.Number, WipeTable: d.WipeTable != nil && *d.WipeTable}
+				if p.StartMiB != nil {
+					t.StartMiB = *p.StartMiB
+				}
+				if p.SizeMiB != nil {
+					t.SizeMiB = *p.SizeMiB
+				}
+				return t, true, nil
+			}
+		}
+	}
+	disk, err := m.bootDisk(ctx)
+	if err != nil || disk == "" {
+		return Target{}, false, err
+	}
+	return Target{Disk: disk}, true, nil
+}
+
+// bootDisk is the whole disk holding the root partition, "" when the
+// node booted from a CD or the network.
+func (m *Manager) bootDisk(ctx context.Context) (string, error) {
+	link := m.path("/dev/disk/by-partlabel/" + rootLabel)
+	if _, err := os.Stat(link); err != nil {
+		return "", nil
+	}
+	out, err := m.Sys.Run(ctx, "lsblk", "-ndo", "PKNAME", link)
+	if err != nil {
+		return "", fmt.Errorf("finding the disk of %s: %w", rootLabel, err)
+	}
+	name := strings.TrimSpace(string(out))
+	if name == "" {
+		return "", fmt.Errorf("lsblk gave no parent disk for %s", rootLabel)
+	}
+	return "/dev/" + name, nil
+}
+
+// Create makes the state partition on t and formats it ext4 with the
+// state label. It refuses to touch a disk with an unknown partition
+// table or a partition that already holds a filesystem.
+func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
+	if err := m.prepareTable(ctx, t); err != nil {
+		return "", err
+	}
+	start, end := "0", "0"
+	if t.StartMiB > 0 {
+		start = strconv.Itoa(t.StartMiB) + "M"
+	}
+	if t.SizeMiB > 0 {
+		end = "+" + strconv.Itoa(t.SizeMiB) + "M"
+	}
+	n := strconv.Itoa(t.Number)
+	m.logf("creating state partition %s on %s", Label, t.Disk)
+	if _, err := m.Sys.Run(ctx, "sgdisk", "-n", n+":"+start+":"+end, "-c", n+":"+Label, "-t", n+":8300", t.Disk); err != nil {
+		return "", fmt.Errorf("adding the state partition to %s: %w", t.Disk, err)
+	}
+	m.Sys.Run(ctx, "partx", "-u", t.Disk)
+	dev, err := m.waitPartition(ctx)
+	if err != nil {
+		return "", err
+	}
+	if out, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev); strings.TrimSpace(string(out)) != "" {
+		return "", fmt.Errorf("refusing to format %s: it already holds a %s filesystem", dev, strings.TrimSpace(string(out)))
+	}
+	if _, err := m.Sys.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", Label, dev); err != nil {
+		return "", fmt.Errorf("formatting %s: %w", dev, err)
+	}
+	return dev, nil
+}
+
+// prepareTable moves a GPT's backup header to the end of a grown disk, or
+// writes a new GPT on a blank disk.
+func (m *Manager) prepareTable(ctx context.Context, t Target) error {
+	out, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "PTTYPE", t.Disk)
+	switch pt := strings.TrimSpace(string(out)); {
+	case pt == "gpt" && !t.WipeTable:
+		if _, err := m.Sys.Run(ctx, "sgdisk", "-e", t.Disk); err != nil {
+			return fmt.Errorf("moving the backup GPT of %s to the disk end: %w", t.Disk, err)
+		}
+		return nil
+	case pt == "" || t.WipeTable:
+		if fs, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", t.Disk); pt == "" && strings.TrimSpace(string(fs)) != "" && !t.WipeTable {
+			return fmt.Errorf("refusing to partition %s: it holds a %s filesystem and wipeTable is not set", t.Disk, strings.TrimSpace(string(fs)))
+		}
+		if _, err := m.Sys.Run(ctx, "sgdisk", "-o", t.Disk); err != nil {
+			return fmt.Errorf("writing a GPT to %s: %w", t.Disk, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("refusing to partition %s: it has a %s partition table and wipeTable is not set", t.Disk, pt)
+	}
+}
+
+func (m *Manager) waitPartition(ctx context.Context) (string, error) {
+	link := m.path("/dev/disk/by-partlabel/" + Label)
+	deadline := time.Now().Add(max(m.Settle, time.Second))
+	for {
+		m.Sys.Run(ctx, "udevadm", "settle", "--timeout=10")
+		if dev, err := filepath.EvalSymlinks(link); err == nil {
+			return dev, nil
+		}
+		// without udev (containers, tests) blkid still scans the kernel's list
+		if out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "PARTLABEL="+Label); err == nil && strings.TrimSpace(string(out)) != "" {
+			return strings.Fields(string(out))[0], nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the new partition %s did not appear under %s", Label, filepath.Dir(link))
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package state owns the node's persistent state partition: finding it by
+// label, creating it once (on the disk the config names, or in the boot
+// disk's free space), mounting it and binding the persistent paths onto
+// it. It never formats a filesystem that carries the state label.
+package state
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Names fixed by docs/architecture.md.
+const (
+	Label      = "KILN-STATE"
+	MountPoint = "/var/lib/kiln-state"
+	rootLabel  = "KILN-ROOT"
+)
+
+// PersistentDirs live on the state partition; everything else is rebuilt
+// from the image and the config on every boot.
+var PersistentDirs = []string{"/var/lib/kiln", "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
+
+// Runner runs the disk tools (udevadm, blkid, sgdisk, partx, mkfs.ext4,
+// mount, lsblk) on the node.
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// Manager finds, creates and mounts the state partition.
+type Manager struct {
+	Root string // "/" on a node
+	Sys  Runner
+	Log  func(format string, args ...any)
+	// Settle is how long to wait for udev to show a new partition.
+	Settle time.Duration
+}
+
+func (m *Manager) path(p string) string { return filepath.Join(m.Root, p) }
+
+func (m *Manager) logf(format string, args ...any) {
+	if m.Log != nil {
+		m.Log(format, args...)
+	}
+}
+
+// Find returns the device of an existing state filesystem, if any.
+func (m *Manager) Find(ctx context.Context) (string, bool) {
+	m.Sys.Run(ctx, "udevadm", "settle", "--timeout=30")
+	out, err := m.Sys.Run(ctx, "blkid", "-L", Label)
+	dev := strings.TrimSpace(string(out))
+	if err != nil || dev == "" {
+		return "", false
+	}
+	return dev, true
+}
+
+// Mount mounts dev on MountPoint and binds every persistent path onto a
+// directory of the same name in it. Already-mounted paths are left alone,
+// so Mount is safe to repeat.
+func (m *Manager) Mount(ctx context.Context, dev string) error {
+	mounted, err := m.mountPoints()
+	if err != nil {
+		return err
+	}
+	if !mounted[MountPoint] {
+		if err := os.MkdirAll(m.path(MountPoint), 0o755); err != nil {
+			return err
+		}
+		if _, err := m.Sys.Run(ctx, "mount", "-t", "ext4", "-o", "noatime", dev, m.path(MountPoint)); err != nil {
+			return fmt.Errorf("mounting %s on %s: %w", dev, MountPoint, err)
+		}
+	}
+	for _, dir := range PersistentDirs {
+		if mounted[dir] {
+			continue
+		}
+		src := m.path(filepath.Join(MountPoint, strings.TrimPrefix(dir, "/var/")))
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("state directory for %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(m.path(dir), 0o755); err != nil {
+			return err
+		}
+		if _, err := m.Sys.Run(ctx, "mount", "--bind", src, m.path(dir)); err != nil {
+			return fmt.Errorf("binding %s: %w", dir, err)
+		}
+	}
+	// journald keeps logs in RAM until /var/log/journal exists.
+	os.MkdirAll(m.path("/var/log/journal"), 0o2755)
+	m.Sys.Run(ctx, "journalctl", "--flush")
+	return nil
+}
+
+// mountPoints lists what is mounted, as paths inside the root.
+func (m *Manager) mountPoints() (map[string]bool, error) {
+	f, err := os.Open(m.path("/proc/self/mountinfo"))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return map[string]bool{}, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 {
+			out[fields[4]] = true
+		}
+	}
+	return out, sc.Err()
+}
