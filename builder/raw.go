@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"io"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,7 +58,9 @@ func (b *build) writeRaw(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	if _, err := d.WritePartitionContents(2, f); err != nil {
+	// go-diskfs wants exactly the partition's size: pad with zeros.
+	pad := int64(layout.rootEnd-layout.rootStart+1)*512 - rootSize
+	if _, err := d.WritePartitionContents(2, io.MultiReader(f, io.LimitReader(zeros{}, pad))); err != nil {
 		return fmt.Errorf("writing the root partition: %w", err)
 	}
 	return nil
@@ -93,4 +96,12 @@ func (l diskLayout) table(specHash string) *gpt.Table {
 			{Index: 2, Start: l.rootStart, End: l.rootEnd, Type: gpt.LinuxFilesystem, Name: RootPartLabel, GUID: guid(specHash, "root")},
 		},
 	}
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

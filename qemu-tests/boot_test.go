@@ -1,0 +1,153 @@
+package qemutests
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
+const (
+	doneLine  = `kiln-firstboot: done source=`
+	errorLine = `kiln-firstboot: error: `
+	probeLine = `probe: boot=`
+)
+
+// Scenario 1: the ISO under SeaBIOS and under OVMF applies the config's
+// files, user and units; under OVMF the config also names a blank disk
+// for the state partition.
+func TestISOAppliesConfig(t *testing.T) {
+	out := outDir(t)
+	for _, tc := range []struct {
+		name      string
+		fw        vm.Firmware
+		stateDisk string
+		wantState string
+	}{
+		{"bios", vm.BIOS, "", "ram"},
+		{"uefi", vm.UEFI, "/dev/vda", "/dev/vda1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := logDir(t, out)
+			cfg := vm.Config{Name: "iso-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootISO,
+				ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, nodeConfig(tc.stateDisk))}
+			if tc.stateDisk != "" {
+				disk := filepath.Join(dir, "state.qcow2")
+				qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
+				cfg.Disks = []vm.Disk{{Path: disk, Format: "qcow2"}}
+			}
+			v := startVM(t, cfg)
+			if got := waitLine(t, v, doneLine); !strings.HasSuffix(got, "source=fw_cfg") {
+				t.Errorf("final line %q, want source=fw_cfg", got)
+			}
+			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
+			expectFields(t, waitLine(t, v, probeLine), map[string]string{
+				"hello": "world", "user": "ops", "keys": "1", "host": "kiln-test",
+				"marker": "absent", "drift": "absent", "once": "1", "state": tc.wantState,
+			})
+		})
+	}
+}
+
+// Scenario 2: the raw disk under OVMF makes its state partition in the
+// disk's free space; after a power cut it boots with no config source,
+// re-applies the stored config, keeps /var/lib/kiln, loses /etc drift and
+// does not repeat one-time steps.
+func TestRawDiskSurvivesPowerCut(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	disk := filepath.Join(dir, "node.raw")
+	copyFile(t, filepath.Join(out, "node.raw"), disk)
+	qemuImg(t, "resize", "-q", "-f", "raw", disk, "3G")
+	v := startVM(t, vm.Config{Name: "raw", Dir: dir, Firmware: vm.UEFI, Boot: vm.BootDisk,
+		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: mustJSON(t, nodeConfig(""))})
+
+	first, err := v.BootID(t.Context(), bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, v, doneLine+"fw_cfg")
+	p1 := waitLine(t, v, probeLine)
+	expectFields(t, p1, map[string]string{"marker": "absent", "drift": "absent", "once": "1", "hello": "world", "state": "/dev/vda3"})
+	// the probe has left its marker; give the ext4 journal a moment to commit it
+	waitLine(t, v, `Reached target.*Multi-User System`)
+
+	v.Ignition = nil // no config source at all on the second boot
+	if err := v.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := v.BootID(t.Context(), bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatalf("boot id unchanged after the power cut: %s", first)
+	}
+	waitLine(t, v, doneLine+"state")
+	p2 := waitLine(t, v, probeLine)
+	expectFields(t, p2, map[string]string{"marker": "present", "drift": "absent", "once": "1", "hello": "world", "user": "ops", "state": "/dev/vda3"})
+	if _, ok := v.Find(regexp.MustCompile(`state partition created`)); ok {
+		t.Error("the second boot created the state partition again")
+	}
+}
+
+// Scenario 3: PXE under SeaBIOS/iPXE: kernel, initramfs and root come
+// over HTTP from a server on the host's loopback (10.0.2.2 inside QEMU's
+// user network), and the config from ignition.config.url=.
+func TestPXEFetchesConfigFromURL(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	mux := http.NewServeMux()
+	mux.Handle("/pxe/", http.StripPrefix("/pxe/", http.FileServer(http.Dir(filepath.Join(out, "pxe")))))
+	cfg := mustJSON(t, nodeConfig(""))
+	mux.HandleFunc("/config.ign", func(w http.ResponseWriter, _ *http.Request) { w.Write(cfg) })
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	tftp := filepath.Join(dir, "tftp")
+	os.MkdirAll(tftp, 0o755)
+	copyFile(t, filepath.Join(out, "pxe", "boot.ipxe"), filepath.Join(tftp, "boot.ipxe"))
+	wrapper := fmt.Sprintf("#!ipxe\nset base-url http://10.0.2.2:%d/pxe\nset kiln-args ignition.config.url=http://10.0.2.2:%d/config.ign\nchain boot.ipxe\n", port, port)
+	if err := os.WriteFile(filepath.Join(tftp, "kiln.ipxe"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := startVM(t, vm.Config{Name: "pxe", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootPXE,
+		TFTPDir: tftp, BootFile: "kiln.ipxe", MemoryMiB: 2048})
+	waitLine(t, v, doneLine+"url")
+	t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
+	expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
+}
+
+// Scenario 4: an invalid config prints its report and the error line and
+// applies nothing: no file, no user, no probe.
+func TestInvalidConfigChangesNothing(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	v := startVM(t, vm.Config{Name: "invalid", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
+		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, invalidConfig())})
+	line := waitLine(t, v, errorLine)
+	if !strings.Contains(line, "invalid config from fw_cfg") {
+		t.Errorf("error line %q does not say the fw_cfg config is invalid", line)
+	}
+	report := waitLine(t, v, `kiln-firstboot: config: .*storage\.files\.2\.path`)
+	t.Logf("report: %s", report)
+	waitLine(t, v, `Reached target.*Multi-User System`)
+	for _, re := range []string{probeLine, doneLine} {
+		if l, ok := v.Find(regexp.MustCompile(re)); ok {
+			t.Errorf("an invalid config was applied: console shows %q", l)
+		}
+	}
+}

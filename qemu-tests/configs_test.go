@@ -1,0 +1,62 @@
+package qemutests
+
+// The test configs. The probe unit runs after the agent and prints, on the
+// serial console, what a test needs to know about the node; the once unit
+// may run only on the boot that created the state partition.
+
+// probeScript reports, then leaves traces for the next boot: a marker on
+// the persistent /var/lib/kiln and a drift file on the immutable /etc.
+const probeScript = `echo "probe: boot=$(cat /proc/sys/kernel/random/boot_id)` +
+	` marker=$(test -e /var/lib/kiln/marker && echo present || echo absent)` +
+	` drift=$(test -e /etc/drift && echo present || echo absent)` +
+	` once=$(cat /var/lib/kiln/once-count 2>/dev/null | wc -l)` +
+	` user=$(id -un ops 2>/dev/null || echo none)` +
+	` keys=$(cat /home/ops/.ssh/authorized_keys 2>/dev/null | wc -l)` +
+	` hello=$(cat /etc/kiln-test/hello 2>/dev/null || echo none)` +
+	` host=$(hostname)` +
+	` state=$(findmnt -no SOURCE /var/lib/kiln-state 2>/dev/null || echo ram)" > /dev/ttyS0; ` +
+	`touch /var/lib/kiln/marker /etc/drift`
+
+const probeUnit = "[Unit]\nDescription=kiln test probe\nAfter=kiln-firstboot.service kiln-test-once.service\n\n" +
+	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '" + probeScript + "'\n\n[Install]\nWantedBy=multi-user.target\n"
+
+const onceUnit = "[Unit]\nDescription=kiln test one-time step\nConditionPathExists=/run/kiln/first-boot\nAfter=kiln-firstboot.service\n\n" +
+	"[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo once >> /var/lib/kiln/once-count'\n\n[Install]\nWantedBy=multi-user.target\n"
+
+// nodeConfig is a spec 3.4 config exercising files, a user with a key,
+// the hostname and units; stateDisk names a disk for the state partition.
+func nodeConfig(stateDisk string) map[string]any {
+	cfg := map[string]any{
+		"ignition": map[string]any{"version": "3.4.0"},
+		"passwd": map[string]any{"users": []any{map[string]any{
+			"name": "ops", "sshAuthorizedKeys": []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKiln ops@test"},
+		}}},
+		"storage": map[string]any{"files": []any{
+			map[string]any{"path": "/etc/kiln-test/hello", "mode": 0o644, "contents": map[string]any{"source": "data:,world"}},
+			map[string]any{"path": "/etc/hostname", "contents": map[string]any{"source": "data:,kiln-test%0A"}},
+		}},
+		"systemd": map[string]any{"units": []any{
+			map[string]any{"name": "kiln-test-probe.service", "enabled": true, "contents": probeUnit},
+			map[string]any{"name": "kiln-test-once.service", "enabled": true, "contents": onceUnit},
+		}},
+	}
+	if stateDisk != "" {
+		cfg["storage"].(map[string]any)["disks"] = []any{map[string]any{
+			"device": stateDisk, "wipeTable": true,
+			"partitions": []any{map[string]any{"label": "KILN-STATE", "number": 1}},
+		}}
+		cfg["storage"].(map[string]any)["filesystems"] = []any{map[string]any{
+			"device": "/dev/disk/by-partlabel/KILN-STATE", "format": "ext4", "label": "KILN-STATE",
+		}}
+	}
+	return cfg
+}
+
+// invalidConfig would write a file and start the probe if applied, but
+// one file has a relative path: the agent must apply none of it.
+func invalidConfig() map[string]any {
+	cfg := nodeConfig("")
+	files := cfg["storage"].(map[string]any)["files"].([]any)
+	cfg["storage"].(map[string]any)["files"] = append(files, map[string]any{"path": "etc/relative", "contents": map[string]any{"source": "data:,x"}})
+	return cfg
+}

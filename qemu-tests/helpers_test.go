@@ -1,0 +1,121 @@
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
+// bootTimeout bounds one boot under TCG on a busy 2-core machine.
+const bootTimeout = 8 * time.Minute
+
+// outDir returns the directory holding the built image, skipping the test
+// unless the QEMU suite was asked for.
+func outDir(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("KILN_QEMU") != "1" {
+		t.Skip("QEMU scenarios run with KILN_QEMU=1 (make qemu-test)")
+	}
+	out := os.Getenv("KILN_OUT")
+	for _, a := range []string{"node.iso", "node.raw", "pxe/boot.ipxe", "node.manifest.json"} {
+		if _, err := os.Stat(filepath.Join(out, a)); err != nil {
+			t.Fatalf("KILN_OUT=%q lacks %s: run make image first (%v)", out, a, err)
+		}
+	}
+	return out
+}
+
+// logDir keeps a test's console logs after it ends, pass or fail.
+func logDir(t *testing.T, out string) string {
+	dir := filepath.Join(out, "qemu-logs", t.Name())
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// startVM boots cfg and stops it when the test ends; on failure the
+// console log's path and tail are in the test output.
+func startVM(t *testing.T, cfg vm.Config) *vm.VM {
+	t.Helper()
+	cfg.KVM = vm.KVMUsable()
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 1536
+	}
+	cfg.CPUs = 2
+	v, err := vm.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		v.PowerCut()
+		if t.Failed() {
+			t.Logf("VM %s boot %d console: %s\n--- last lines ---\n%s", v.Name, v.Boot(), v.ConsolePath(v.Boot()), v.Tail(40))
+		}
+	})
+	return v
+}
+
+// waitLine fails the test unless the console shows a line matching re.
+func waitLine(t *testing.T, v *vm.VM, re string) string {
+	t.Helper()
+	line, err := v.WaitLine(context.Background(), regexp.MustCompile(re), bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return line
+}
+
+// probeFields parses "probe: a=1 b=2" into a map.
+func probeFields(line string) map[string]string {
+	m := map[string]string{}
+	_, rest, _ := strings.Cut(line, "probe:")
+	for _, f := range strings.Fields(rest) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func expectFields(t *testing.T, line string, want map[string]string) {
+	t.Helper()
+	got := probeFields(line)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("probe %s=%q, want %q (line: %s)", k, got[k], v, line)
+		}
+	}
+}
+
+// qemuImg runs qemu-img (create, resize).
+func qemuImg(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("qemu-img", args...).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img %v: %v: %s", args, err, out)
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "--sparse=always", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s: %v: %s", src, err, out)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

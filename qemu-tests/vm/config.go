@@ -1,0 +1,122 @@
+// Package vm runs kiln images in QEMU for tests: ISO (BIOS or UEFI), raw
+// disk (UEFI) and PXE boots, an Ignition config through fw_cfg, the serial
+// console captured to a file per boot, waits for console lines, power cuts
+// and restarts with the same disks. KVM is used when /dev/kvm works,
+// otherwise TCG.
+package vm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Firmware is what the VM boots with.
+type Firmware int
+
+// Firmwares.
+const (
+	BIOS Firmware = iota // SeaBIOS on the i440fx machine
+	UEFI                 // OVMF on q35
+)
+
+func (f Firmware) String() string { return [...]string{"bios", "uefi"}[f] }
+
+// Boot is the boot device.
+type Boot int
+
+// Boot devices.
+const (
+	BootISO  Boot = iota // the ISO as a CD
+	BootDisk             // the first disk
+	BootPXE              // the NIC, from QEMU's built-in TFTP server
+)
+
+// Host files QEMU needs (Debian's ovmf package).
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// Config describes one VM.
+type Config struct {
+	Name      string
+	Dir       string // per-VM files: console logs, NVRAM, the config
+	Firmware  Firmware
+	Boot      Boot
+	ISO       string
+	Disks     []Disk
+	Ignition  []byte // passed as fw_cfg opt/com.coreos/config; nil: none
+	TFTPDir   string // PXE: QEMU serves this over TFTP
+	BootFile  string // PXE: the file the DHCP answer names
+	MemoryMiB int
+	CPUs      int
+	KVM       bool
+}
+
+// Disk is a disk image attached as virtio.
+type Disk struct {
+	Path   string
+	Format string // raw or qcow2
+}
+
+// Args returns QEMU's command line for boot number n (console-n.log).
+func (c Config) Args(n int) []string {
+	machine, accel := "pc", "tcg"
+	if c.Firmware == UEFI {
+		machine = "q35"
+	}
+	if c.KVM {
+		accel = "kvm"
+	}
+	args := []string{
+		"-machine", machine, "-accel", accel,
+		"-m", strconv.Itoa(max(c.MemoryMiB, 512)), "-smp", strconv.Itoa(max(c.CPUs, 1)),
+		"-display", "none", "-monitor", "none", "-no-reboot",
+		"-serial", "file:" + c.ConsolePath(n),
+	}
+	if c.Firmware == UEFI {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+c.varsPath())
+	}
+	nic := "user,model=virtio-net-pci"
+	if c.Boot == BootPXE {
+		nic += ",tftp=" + c.TFTPDir + ",bootfile=" + c.BootFile
+	}
+	args = append(args, "-nic", nic)
+	for _, d := range c.Disks {
+		args = append(args, "-drive", fmt.Sprintf("file=%s,format=%s,if=virtio,cache=unsafe", d.Path, d.Format))
+	}
+	switch c.Boot {
+	case BootISO:
+		args = append(args, "-drive", "file="+c.ISO+",media=cdrom,readonly=on", "-boot", "d")
+	case BootDisk:
+		args = append(args, "-boot", "c")
+	case BootPXE:
+		args = append(args, "-boot", "n")
+	}
+	if c.Ignition != nil {
+		args = append(args, "-fw_cfg", "name=opt/com.coreos/config,file="+c.ignitionPath())
+	}
+	return args
+}
+
+// ConsolePath is where boot n's serial console is captured.
+func (c Config) ConsolePath(n int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("console-%d.log", n))
+}
+
+func (c Config) varsPath() string     { return filepath.Join(c.Dir, "OVMF_VARS.fd") }
+func (c Config) ignitionPath() string { return filepath.Join(c.Dir, "config.ign") }
+
+// KVMUsable reports whether /dev/kvm can be opened.
+func KVMUsable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}

@@ -1,0 +1,162 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// VM is a running (or stopped) QEMU guest.
+type VM struct {
+	Config
+	boot    int // number of the current boot, from 1
+	cmd     *exec.Cmd
+	exited  chan error
+	started time.Time
+}
+
+// Start boots a new VM.
+func Start(cfg Config) (*VM, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if cfg.Firmware == UEFI {
+		if err := copyFile(OVMFVars, cfg.varsPath()); err != nil {
+			return nil, fmt.Errorf("VM %s: NVRAM: %w", cfg.Name, err)
+		}
+	}
+	v := &VM{Config: cfg}
+	return v, v.start()
+}
+
+func (v *VM) start() error {
+	if v.Ignition != nil {
+		if err := os.WriteFile(v.ignitionPath(), v.Ignition, 0o600); err != nil {
+			return err
+		}
+	}
+	v.boot++
+	os.Remove(v.ConsolePath(v.boot))
+	v.cmd = exec.Command("qemu-system-x86_64", v.Args(v.boot)...)
+	stderr, err := os.Create(v.ConsolePath(v.boot) + ".qemu-stderr")
+	if err != nil {
+		return err
+	}
+	v.cmd.Stderr = stderr
+	if err := v.cmd.Start(); err != nil {
+		return fmt.Errorf("VM %s: starting QEMU: %w", v.Name, err)
+	}
+	v.started = time.Now()
+	v.exited = make(chan error, 1)
+	go func() { v.exited <- v.cmd.Wait(); stderr.Close() }()
+	return nil
+}
+
+// Boot returns the number of the current boot (1 for the first).
+func (v *VM) Boot() int { return v.boot }
+
+// Uptime is the time since QEMU was started for this boot.
+func (v *VM) Uptime() time.Duration { return time.Since(v.started) }
+
+// PowerCut kills QEMU at once, like pulling the plug.
+func (v *VM) PowerCut() {
+	if v.cmd != nil && v.cmd.Process != nil {
+		v.cmd.Process.Kill()
+		<-v.exited
+	}
+	v.cmd = nil
+}
+
+// Restart powers the VM on again with the same disks and NVRAM; change
+// v.Ignition first to boot with another (or no) config.
+func (v *VM) Restart() error {
+	v.PowerCut()
+	return v.start()
+}
+
+// WaitLine waits until the current boot's console has a line matching re
+// and returns it. It fails when QEMU exits or the timeout passes.
+func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if line, ok := v.Find(re); ok {
+			return line, nil
+		}
+		select {
+		case err := <-v.exited:
+			v.exited <- err
+			return "", fmt.Errorf("VM %s: QEMU exited (%v) before the console showed %q", v.Name, err, re)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("VM %s: no console line matching %q within %s", v.Name, re, timeout)
+		}
+	}
+}
+
+// Find returns the first line of the current boot's console matching re.
+func (v *VM) Find(re *regexp.Regexp) (string, bool) {
+	for _, l := range v.Lines() {
+		if re.MatchString(l) {
+			return l, true
+		}
+	}
+	return "", false
+}
+
+// Lines returns the current boot's console, line by line, with carriage
+// returns and terminal escapes removed.
+func (v *VM) Lines() []string {
+	f, err := os.Open(v.ConsolePath(v.boot))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		out = append(out, clean(sc.Text()))
+	}
+	return out
+}
+
+// Tail returns the last n console lines, for failure messages.
+func (v *VM) Tail(n int) string {
+	lines := v.Lines()
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]|\r`)
+
+func clean(s string) string { return escapes.ReplaceAllString(s, "") }
+
+var bootIDLine = regexp.MustCompile(`kiln-firstboot: start boot_id=([0-9a-f-]+)`)
+
+// BootID returns the guest's boot id for the current boot, as the agent
+// printed it.
+func (v *VM) BootID(ctx context.Context, timeout time.Duration) (string, error) {
+	line, err := v.WaitLine(ctx, bootIDLine, timeout)
+	if err != nil {
+		return "", err
+	}
+	return bootIDLine.FindStringSubmatch(line)[1], nil
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o644)
+}
