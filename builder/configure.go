@@ -44,7 +44,7 @@ func nodeFiles() []file {
 				"net.ipv4.ip_forward = 1\n"},
 		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
 		{path: "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf", mode: 0o644,
-			data: "# kiln: host keys are made on the node, never baked into the image.\n[Service]\nExecStartPre=/usr/bin/ssh-keygen -A\n"},
+			data: "# kiln: host keys are made on the node, never baked into the image;\n# make them before Debian's own config check, which needs them.\n[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n"},
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
 	}

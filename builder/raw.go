@@ -2,8 +2,8 @@ package builder
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
