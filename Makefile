@@ -11,7 +11,7 @@ VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
 export KILN_CACHE
 
-.PHONY: all deps kiln image test unit qemu-test bench clean
+.PHONY: all deps kiln image test unit qemu-test rebuild-test bench clean
 
 all: image
 
@@ -31,8 +31,9 @@ bin/kiln: FORCE
 image: deps bin/kiln
 	./bin/kiln build $(if $(SPEC),-f $(SPEC)) -o $(OUT)
 
-# Unit tests, then the QEMU boot tests against the image in $(OUT)/.
-test: unit qemu-test
+# Unit tests, then the QEMU boot tests against the image in $(OUT)/, then a
+# second build compared byte for byte with the first.
+test: unit qemu-test rebuild-test
 
 unit: deps
 	$(GO) vet ./...
@@ -40,6 +41,9 @@ unit: deps
 
 qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -v ./qemu-tests/... 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
+
+rebuild-test: image
+	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/
 
 bench: deps bin/kiln
 	bash scripts/bench.sh

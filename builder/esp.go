@@ -21,26 +21,21 @@ const (
 	efiLoader = "/EFI/BOOT/BOOTX64.EFI"
 )
 
-// grubModules are preloaded into the standalone EFI GRUB.
+// grubModules are linked into the EFI GRUB image.
 var grubModules = []string{"part_gpt", "part_msdos", "fat", "iso9660", "search", "search_fs_file",
 	"linux", "normal", "configfile", "serial", "terminal", "echo", "test", "all_video", "gzio", "zstd"}
 
-// bootLoaders builds the standalone EFI GRUB shared by the ISO and the raw
-// disk; BIOS boots use isolinux from the host's syslinux packages.
+// bootLoaders builds the EFI GRUB shared by the ISO and the raw disk; BIOS
+// boots use isolinux from the host's syslinux packages. grub-mkimage with
+// an embedded early config is used rather than grub-mkstandalone, whose
+// memdisk tar carries the build time and so is never byte-reproducible.
 func (b *build) bootLoaders(ctx context.Context) error {
 	embedded := filepath.Join(b.work, "grub-embedded.cfg")
 	if err := os.WriteFile(embedded, []byte(grubEmbedded), 0o644); err != nil {
 		return err
 	}
-	if err := os.Chtimes(embedded, b.epoch(), b.epoch()); err != nil {
-		return err
-	}
-	return b.run.Run(ctx, Cmd{Name: "grub-mkstandalone", Dir: b.work, Env: []string{b.epochEnv}, Args: []string{
-		"-O", "x86_64-efi", "-o", filepath.Join(b.work, "BOOTX64.EFI"),
-		"--locales=", "--fonts=", "--themes=",
-		"--install-modules=" + join(grubModules), "--modules=" + join(grubModules),
-		"boot/grub/grub.cfg=" + embedded,
-	}})
+	args := []string{"-O", "x86_64-efi", "-o", filepath.Join(b.work, "BOOTX64.EFI"), "-c", embedded, "-p", "/EFI/BOOT"}
+	return b.run.Run(ctx, Cmd{Name: "grub-mkimage", Args: append(args, grubModules...)})
 }
 
 // espFile is one file copied into a FAT filesystem.
