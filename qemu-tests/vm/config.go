@@ -53,6 +53,9 @@ type Config struct {
 	MemoryMiB int
 	CPUs      int
 	KVM       bool
+	// Kernel, Initrd and Append boot a kernel directly (QEMU -kernel),
+	// bypassing the medium's boot loader but not its root filesystem.
+	Kernel, Initrd, Append string
 }
 
 // Disk is a disk image attached as virtio.
@@ -96,6 +99,9 @@ func (c Config) Args(n int) []string {
 		args = append(args, "-boot", "c")
 	case BootPXE:
 		args = append(args, "-boot", "n")
+	}
+	if c.Kernel != "" {
+		args = append(args, "-kernel", c.Kernel, "-initrd", c.Initrd, "-append", c.Append)
 	}
 	if c.Ignition != nil {
 		args = append(args, "-fw_cfg", "name=opt/com.coreos/config,file="+c.ignitionPath())

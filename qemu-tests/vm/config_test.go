@@ -18,6 +18,8 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 		{"raw uefi with kvm", Config{Dir: "/d", Firmware: UEFI, Boot: BootDisk, KVM: true, Disks: []Disk{{"/d/node.raw", "raw"}}},
 			[]string{"-machine q35", "-accel kvm", "readonly=on,file=" + OVMFCode, "file=/d/OVMF_VARS.fd", "file=/d/node.raw,format=raw,if=virtio", "-boot c"},
 			[]string{"fw_cfg", "cdrom"}},
+		{"direct kernel", Config{Dir: "/d", Firmware: BIOS, Boot: BootISO, ISO: "/o/node.iso", Kernel: "/k", Initrd: "/i", Append: "root=x a=b"},
+			[]string{"-boot d", "-kernel /k -initrd /i -append root=x a=b"}, []string{"fw_cfg"}},
 		{"pxe bios", Config{Dir: "/d", Firmware: BIOS, Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"},
 			[]string{"-nic user,model=virtio-net-pci,tftp=/t,bootfile=kiln.ipxe", "-boot n"},
 			[]string{"fw_cfg"}},

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
+// The console lines a boot is timed to.
+var (
+	doneLine      = regexp.MustCompile(`kiln-firstboot: done source=`)
+	multiUserLine = regexp.MustCompile(`Reached target.*Multi-User System`)
+)
+
+// maskAgent keeps the agent from running, for the plain-boot floor.
+const maskAgent = "systemd.mask=kiln-firstboot.service"
+
+// Kernel arguments of the image's own boot entries (builder/testdata).
+const (
+	isoArgs = "root=live:CDLABEL=KILN rd.live.overlay.overlayfs=1 console=tty0 console=ttyS0,115200 quiet"
+	rawArgs = "root=live:PARTLABEL=KILN-ROOT rd.live.overlay.overlayfs=1 console=tty0 console=ttyS0,115200 quiet"
+)
+
+// benchConfig is a small config: one file and the hostname, so the figure
+// is the agent's own cost, not that of what a config asks for.
+var benchConfig = map[string]any{
+	"ignition": map[string]any{"version": "3.4.0"},
+	"storage": map[string]any{"files": []any{
+		map[string]any{"path": "/etc/hostname", "contents": map[string]any{"source": "data:,kiln-bench%0A"}},
+		map[string]any{"path": "/etc/kiln-bench", "mode": 0o644, "contents": map[string]any{"source": "data:,1"}},
+	}},
+}
+
+// bootPath is one way to boot the image: how to start it with the agent
+// and a config, and how to start the same image plain, agent masked.
+type bootPath struct {
+	name  string
+	floor string // how the floor boot differs
+	setup func(o options, dir string, plain bool) (vm.Config, func(), error)
+}
+
+func bootPaths() []bootPath {
+	return []bootPath{
+		{"ISO, SeaBIOS", "direct kernel boot of the same ISO, agent masked", isoBoot(vm.BIOS)},
+		{"ISO, OVMF", "direct kernel boot of the same ISO, agent masked", isoBoot(vm.UEFI)},
+		{"raw disk, OVMF", "direct kernel boot of the same disk, agent masked", rawBoot},
+		{"PXE, SeaBIOS + iPXE", "the same PXE boot, agent masked", pxeBoot},
+	}
+}
+
+// benchBoots times power-on to the agent's done line on every boot path,
+// each beside the same image's plain boot to multi-user.
+func benchBoots(ctx context.Context, o options, work string, r *report) error {
+	head := [3]string{"boot path", "power-on to `done`", "plain boot to multi-user"}
+	for _, p := range bootPaths() {
+		dir := filepath.Join(work, "boot", regexp.MustCompile(`\W+`).ReplaceAllString(p.name, "-"))
+		fmt.Fprintf(os.Stderr, "== boot: %s\n", p.name)
+		done, err := timeBoot(ctx, o, filepath.Join(dir, "agent"), p, false, doneLine)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "== boot: %s, plain\n", p.name)
+		floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), p, true, multiUserLine)
+		if err != nil {
+			return fmt.Errorf("%s, plain: %w", p.name, err)
+		}
+		r.add("Boot (power-on to line on the serial console)", head, row{p.name, secs(done), secs(floor), "floor: " + p.floor})
+	}
+	return nil
+}
+
+func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool, want *regexp.Regexp) (time.Duration, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	cfg, cleanup, err := p.setup(o, dir, plain)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	cfg.Name, cfg.Dir, cfg.KVM, cfg.CPUs = filepath.Base(dir), dir, vm.KVMUsable(), 2
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 1536
+	}
+	v, err := vm.Start(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer v.PowerCut()
+	if _, err := v.WaitLine(ctx, want, 8*time.Minute); err != nil {
+		return 0, fmt.Errorf("%w (console: %s)", err, v.ConsolePath(v.Boot()))
+	}
+	return v.Uptime(), nil
+}
+
+func nothing() {}
+
+func isoBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
+	return func(o options, _ string, plain bool) (vm.Config, func(), error) {
+		cfg := vm.Config{Firmware: fw, Boot: vm.BootISO, ISO: abs(filepath.Join(o.out, "node.iso"))}
+		if plain {
+			pxe := abs(filepath.Join(o.out, "pxe"))
+			cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
+			cfg.Append = isoArgs + " " + maskAgent
+			return cfg, nothing, nil
+		}
+		ign, err := json.Marshal(benchConfig)
+		cfg.Ignition = ign
+		return cfg, nothing, err
+	}
+}
+
+func rawBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
+	disk := filepath.Join(dir, "node.raw")
+	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(o.out, "node.raw"), disk).CombinedOutput(); err != nil {
+		return vm.Config{}, nil, fmt.Errorf("copying node.raw: %v: %s", err, out)
+	}
+	if out, err := exec.Command("qemu-img", "resize", "-q", "-f", "raw", disk, "3G").CombinedOutput(); err != nil {
+		return vm.Config{}, nil, fmt.Errorf("resizing the disk: %v: %s", err, out)
+	}
+	cleanup := func() { os.Remove(disk) }
+	cfg := vm.Config{Firmware: vm.UEFI, Boot: vm.BootDisk, Disks: []vm.Disk{{Path: disk, Format: "raw"}}}
+	if plain {
+		pxe := abs(filepath.Join(o.out, "pxe"))
+		cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
+		cfg.Append = rawArgs + " " + maskAgent
+		return cfg, cleanup, nil
+	}
+	ign, err := json.Marshal(benchConfig)
+	cfg.Ignition = ign
+	return cfg, cleanup, err
+}
+
+func pxeBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
+	ign, err := json.Marshal(benchConfig)
+	if err != nil {
+		return vm.Config{}, nil, err
+	}
+	srv, err := vm.ServePXE(abs(filepath.Join(o.out, "pxe")), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
+		if plain {
+			return maskAgent
+		}
+		return "ignition.config.url=" + p.GuestURL("config.ign")
+	})
+	if err != nil {
+		return vm.Config{}, nil, err
+	}
+	return vm.Config{Firmware: vm.BIOS, Boot: vm.BootPXE, TFTPDir: srv.TFTPDir, BootFile: srv.BootFile, MemoryMiB: 2048}, srv.Close, nil
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/kiln-project/kiln/builder"
+)
+
+// timed runs a command and returns how long it took.
+func timed(ctx context.Context, name string, args ...string) (time.Duration, error) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	err := cmd.Run()
+	if err != nil {
+		return 0, fmt.Errorf("%s %v: %w", name, args, err)
+	}
+	return time.Since(start), nil
+}
+
+// benchBuilds times a build with an empty cache (everything downloaded and
+// bootstrapped) and one with the warm cache.
+func benchBuilds(ctx context.Context, o options, work string, r *report) error {
+	head := [3]string{"build", "time", "floor"}
+	if !o.skipCold {
+		fmt.Fprintln(os.Stderr, "== cold build (empty cache)")
+		d, err := timed(ctx, o.kiln, "build", "-o", filepath.Join(work, "out-cold"), "--cache", filepath.Join(work, "cold-cache"))
+		if err != nil {
+			return err
+		}
+		r.add("Build", head, row{"cold (empty cache: debootstrap, apt downloads)", secs(d), "", "includes downloading every .deb"})
+		os.RemoveAll(filepath.Join(work, "out-cold"))
+		os.RemoveAll(filepath.Join(work, "cold-cache"))
+	}
+	fmt.Fprintln(os.Stderr, "== warm build")
+	args := []string{"build", "-o", filepath.Join(work, "out-warm")}
+	if o.cache != "" {
+		args = append(args, "--cache", o.cache)
+	}
+	if _, err := timed(ctx, o.kiln, args...); err != nil { // make sure the cache is warm
+		return err
+	}
+	d, err := timed(ctx, o.kiln, args...)
+	if err != nil {
+		return err
+	}
+	r.add("Build", head, row{"warm (cached base rootfs)", secs(d), "see the raw-tool floor below", ""})
+	return nil
+}
+
+// benchFloor times the raw tools alone on the same root filesystem: the
+// cached base, packed by mksquashfs and put in an ISO by xorriso.
+func benchFloor(ctx context.Context, o options, work string, r *report) error {
+	cache := o.cache
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "kiln")
+	}
+	tars, _ := filepath.Glob(filepath.Join(cache, "rootfs", "*.tar"))
+	if len(tars) == 0 {
+		return fmt.Errorf("no cached base rootfs in %s: run make image first", cache)
+	}
+	sort.Slice(tars, func(i, j int) bool { return modTime(tars[i]).After(modTime(tars[j])) })
+	rootfs := filepath.Join(work, "floor-rootfs")
+	os.MkdirAll(rootfs, 0o755)
+	if _, err := timed(ctx, "tar", "--numeric-owner", "-C", rootfs, "-xpf", tars[0]); err != nil {
+		return err
+	}
+	tree := filepath.Join(work, "floor-iso")
+	os.MkdirAll(filepath.Join(tree, "LiveOS"), 0o755)
+	sq, err := timed(ctx, "mksquashfs", rootfs, filepath.Join(tree, "LiveOS", "squashfs.img"), "-noappend", "-no-progress", "-quiet", "-comp", "zstd", "-Xcompression-level", "3")
+	if err != nil {
+		return err
+	}
+	iso, err := timed(ctx, "xorriso", "-as", "mkisofs", "-quiet", "-o", filepath.Join(work, "floor.iso"), "-V", "KILN", "-iso-level", "3", "-R", tree)
+	if err != nil {
+		return err
+	}
+	os.RemoveAll(rootfs)
+	head := [3]string{"build", "time", "floor"}
+	r.add("Build", head, row{"raw tools on the same rootfs: mksquashfs (zstd 3) + xorriso", secs(sq + iso), "", fmt.Sprintf("mksquashfs %s, xorriso %s; the build adds dracut (~75 s), GRUB, FAT and GPT", secs(sq), secs(iso))})
+	return nil
+}
+
+func modTime(p string) time.Time {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}
+
+// benchSizes lists every artifact of the image under test.
+func benchSizes(_ context.Context, o options, _ string, r *report) error {
+	data, err := os.ReadFile(filepath.Join(o.out, builder.ManifestName))
+	if err != nil {
+		return fmt.Errorf("reading the manifest of the image to boot: %w", err)
+	}
+	var m builder.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	for _, a := range m.Artifacts {
+		r.add("Artifacts", [3]string{"artifact", "size", "sha256"}, row{a.Path, mib(a.Size), a.SHA256[:16] + "…", ""})
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# make bench: build the default image if out/ has none, then measure build
+# and boot times with kiln-bench into bench/results.md. Takes 30-45 min
+# under TCG; set SKIP_COLD=1 to leave out the cold (empty cache) build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+if [[ ! -f "$OUT/node.manifest.json" ]]; then
+	echo "bench: no image in $OUT/, building it first"
+	./bin/kiln build -o "$OUT"
+fi
+args=(-kiln bin/kiln -out "$OUT" -results bench/results.md)
+[[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
+exec go run ./qemu-tests/cmd/kiln-bench "${args[@]}"
