@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kiln-project/kiln/firstboot/fsutil"
 	"github.com/kiln-project/kiln/images"
 )
 
@@ -40,7 +41,7 @@ func publish(stage, out string, names []string) error {
 		if fi, err := os.Stat(src); err != nil {
 			return fmt.Errorf("publishing %s: %w", name, err)
 		} else if fi.IsDir() {
-			if err := swapDir(src, dst); err != nil {
+			if err := fsutil.ReplaceDir(src, dst); err != nil {
 				return fmt.Errorf("publishing %s: %w", name, err)
 			}
 			continue
@@ -50,19 +51,6 @@ func publish(stage, out string, names []string) error {
 		}
 	}
 	return syncDir(out)
-}
-
-func swapDir(src, dst string) error {
-	old := dst + ".kiln-old"
-	os.RemoveAll(old)
-	if err := os.Rename(dst, old); err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	if err := os.Rename(src, dst); err != nil {
-		os.Rename(old, dst)
-		return err
-	}
-	return os.RemoveAll(old)
 }
 
 func syncDir(dir string) error {

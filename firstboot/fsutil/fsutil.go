@@ -84,3 +84,25 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// ReplaceDir puts the directory src in dst's place with renames: dst is
+// moved to a side name, src renamed to dst, the side copy removed. dst
+// holds the old tree or the new one, never a mix of both; if the second
+// rename fails the old tree is put back.
+func ReplaceDir(src, dst string) error {
+	old := dst + ".kiln-old"
+	if err := os.RemoveAll(old); err != nil {
+		return err
+	}
+	if err := os.Rename(dst, old); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("replacing %s: %w", dst, err)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		os.Rename(old, dst)
+		return fmt.Errorf("replacing %s: %w", dst, err)
+	}
+	if err := SyncDir(filepath.Dir(dst)); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}

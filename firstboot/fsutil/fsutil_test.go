@@ -65,3 +65,36 @@ func TestSymlinkReplaces(t *testing.T) {
 		}
 	}
 }
+
+func TestReplaceDirSwapsWholeTrees(t *testing.T) {
+	parent := t.TempDir()
+	dst, src := filepath.Join(parent, "out"), filepath.Join(parent, "stage")
+	for dir, name := range map[string]string{dst: "old", src: "new"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ReplaceDir(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "new")); err != nil {
+		t.Error("the new tree is not in place")
+	}
+	if _, err := os.Stat(filepath.Join(dst, "old")); err == nil {
+		t.Error("the old tree's file survived")
+	}
+	entries, _ := os.ReadDir(parent)
+	if len(entries) != 1 {
+		t.Errorf("leftovers: %v", entries)
+	}
+	// a missing source leaves the destination as it was
+	if err := ReplaceDir(src, dst); err == nil {
+		t.Error("replacing from a missing source succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dst, "new")); err != nil {
+		t.Error("a failed replace lost the destination")
+	}
+}
