@@ -1,0 +1,123 @@
+package site
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/validation"
+)
+
+func TestExampleSiteLoads(t *testing.T) {
+	s, err := Load("../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.Masters()); got != 3 || s.Masters()[0].Role != RoleGenesis {
+		t.Errorf("masters: %d, first %q; want 3 with genesis first", got, s.Masters()[0].Role)
+	}
+	if got := s.Cluster.ServiceIP(1).String(); got != "10.96.0.1" {
+		t.Errorf("first service IP %s", got)
+	}
+	if got := s.Cluster.ServiceIP(10).String(); got != "10.96.0.10" {
+		t.Errorf("cluster DNS IP %s", got)
+	}
+	if s.Cluster.CAValidity() != 87600*time.Hour || s.Cluster.LeafValidity() != 8760*time.Hour {
+		t.Errorf("lifetimes %s, %s", s.Cluster.CAValidity(), s.Cluster.LeafValidity())
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	s, err := Parse("min.yaml", []byte(`apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
+nodes:
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Cluster
+	for _, tc := range []struct{ field, got, want string }{
+		{"domain", c.Domain, DefaultDomain},
+		{"discoveryName", c.DiscoveryName, DefaultDiscoveryName},
+		{"caValidity", c.Certificates.CAValidity, DefaultCAValidity},
+		{"leafValidity", c.Certificates.LeafValidity, DefaultLeafValidity},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s defaulted to %q, want %q", tc.field, tc.got, tc.want)
+		}
+	}
+	if c.APIServerPort != DefaultAPIServerPort {
+		t.Errorf("apiServerPort defaulted to %d", c.APIServerPort)
+	}
+}
+
+// Each file under testdata/broken names the problems it must produce in
+// "# want: <field path> | <part of the reason>" lines; the file must give
+// exactly those, all at once.
+func TestBrokenSitesReportEveryFieldPath(t *testing.T) {
+	files, _ := filepath.Glob("testdata/broken/*.yaml")
+	if len(files) < 20 {
+		t.Fatalf("only %d broken site files", len(files))
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want [][2]string
+			for _, line := range strings.Split(string(data), "\n") {
+				if rest, ok := strings.CutPrefix(line, "# want: "); ok {
+					path, reason, _ := strings.Cut(rest, " | ")
+					want = append(want, [2]string{path, reason})
+				}
+			}
+			_, err = Load(f)
+			var l *validation.List
+			if !errors.As(err, &l) {
+				t.Fatalf("got %v, want a validation list", err)
+			}
+			for _, e := range l.Errors {
+				if e.File != f {
+					t.Errorf("error names file %q, want %q", e.File, f)
+				}
+			}
+			for _, w := range want {
+				found := false
+				for _, e := range l.Errors {
+					found = found || e.Path == w[0] && strings.Contains(e.Reason, w[1])
+				}
+				if !found {
+					t.Errorf("missing %s: ...%s...\ngot:\n%v", w[0], w[1], err)
+				}
+			}
+			if len(l.Errors) != len(want) {
+				t.Errorf("%d problems, want %d:\n%v", len(l.Errors), len(want), err)
+			}
+		})
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"30d", 30 * 24 * time.Hour, true},
+		{"8760h", 8760 * time.Hour, true},
+		{"90m", 90 * time.Minute, true},
+		{"3x", 0, false},
+		{"d", 0, false},
+	} {
+		got, err := ParseDuration(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseDuration(%q) = %s, %v", tc.in, got, err)
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package site
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"github.com/kiln-project/kiln/validation"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
+)
+
+// SupportedKubernetes lists the minor releases kiln's manifests are
+// written for.
+var SupportedKubernetes = []string{"v1.36", "v1.37"}
+
+var kubeVersion = regexp.MustCompile(`^(v1\.\d+)\.\d+$`)
+
+var taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+// network is a named address range the site uses, for overlap checks.
+type network struct {
+	path   string
+	what   string
+	prefix netip.Prefix
+}
+
+func (s *Site) validate(l *validation.List) {
+	if s.APIVersion != APIVersion {
+		l.Addf("apiVersion", "must be %q, got %q", APIVersion, s.APIVersion)
+	}
+	if s.Kind != Kind {
+		l.Addf("kind", "must be %q, got %q", Kind, s.Kind)
+	}
+	nets := s.validateCluster(l)
+	nets = append(nets, s.validateNodes(l)...)
+	checkOverlaps(nets, l)
+}
+
+func (s *Site) validateCluster(l *validation.List) []network {
+	c := s.Cluster
+	p := validation.Path("cluster")
+	dnsLabel(l, p.Field("name"), c.Name)
+	if m := kubeVersion.FindStringSubmatch(c.KubernetesVersion); m == nil {
+		l.Addf(p.Field("kubernetesVersion").String(), "must look like v1.37.1, got %q", c.KubernetesVersion)
+	} else if !contains(SupportedKubernetes, m[1]) {
+		l.Addf(p.Field("kubernetesVersion").String(), "%s is not supported; kiln supports %s", c.KubernetesVersion, strings.Join(SupportedKubernetes, ", "))
+	}
+	if errs := k8svalidation.IsDNS1123Subdomain(c.Domain); len(errs) > 0 {
+		l.Addf(p.Field("domain").String(), "not a DNS name: %s", errs[0])
+	}
+	s.validateDiscoveryName(l, p.Field("discoveryName"))
+	if c.APIServerPort < 1 || c.APIServerPort > 65535 {
+		l.Addf(p.Field("apiServerPort").String(), "must be a port number (1-65535), got %d", c.APIServerPort)
+	}
+	var nets []network
+	for _, f := range []struct{ name, value, what string }{
+		{"podCIDR", c.PodCIDR, "the pod network"},
+		{"serviceCIDR", c.ServiceCIDR, "the service network"},
+	} {
+		if pre, ok := cidr(l, p.Field(f.name), f.value); ok {
+			nets = append(nets, network{p.Field(f.name).String(), f.what, pre})
+		}
+	}
+	for i, a := range c.UpstreamDNS {
+		if _, err := netip.ParseAddr(a); err != nil {
+			l.Addf(p.Field("upstreamDNS").Index(i).String(), "not an IP address: %q", a)
+		}
+	}
+	for i, n := range c.NTPServers {
+		if _, err := netip.ParseAddr(n); err != nil && len(k8svalidation.IsDNS1123Subdomain(n)) > 0 {
+			l.Addf(p.Field("ntpServers").Index(i).String(), "not a host name or IP address: %q", n)
+		}
+	}
+	for i, k := range c.SSHAuthorizedKeys {
+		if err := checkSSHKey(k); err != nil {
+			l.Addf(p.Field("sshAuthorizedKeys").Index(i).String(), "%v", err)
+		}
+	}
+	s.validateLifetimes(l, p.Field("certificates"))
+	return nets
+}
+
+// The discovery name is answered by the node-local CoreDNS from its own
+// zone; inside the cluster domain, cluster DNS would shadow it.
+func (s *Site) validateDiscoveryName(l *validation.List, p validation.Path) {
+	name, domain := s.Cluster.DiscoveryName, s.Cluster.Domain
+	switch {
+	case len(k8svalidation.IsDNS1123Subdomain(name)) > 0:
+		l.Addf(p.String(), "not a DNS name: %q", name)
+	case !strings.Contains(name, "."):
+		l.Addf(p.String(), "%q must have at least two labels (e.g. %s): a single label is searched in every search domain", name, DefaultDiscoveryName)
+	case name == domain || strings.HasSuffix(name, "."+domain) || strings.HasSuffix(domain, "."+name):
+		l.Addf(p.String(), "%q collides with the cluster domain %q: pick a name outside it (e.g. %s)", name, domain, DefaultDiscoveryName)
+	}
+}
+
+func (s *Site) validateLifetimes(l *validation.List, p validation.Path) {
+	ca, errCA := ParseDuration(s.Cluster.Certificates.CAValidity)
+	if errCA != nil || ca <= 0 {
+		l.Addf(p.Field("caValidity").String(), "must be a positive duration such as 87600h or 3650d, got %q", s.Cluster.Certificates.CAValidity)
+	}
+	leaf, errLeaf := ParseDuration(s.Cluster.Certificates.LeafValidity)
+	if errLeaf != nil || leaf <= 0 {
+		l.Addf(p.Field("leafValidity").String(), "must be a positive duration such as 8760h or 365d, got %q", s.Cluster.Certificates.LeafValidity)
+	}
+	if errCA == nil && errLeaf == nil && leaf > ca {
+		l.Addf(p.Field("leafValidity").String(), "%s outlives the CAs (%s)", s.Cluster.Certificates.LeafValidity, s.Cluster.Certificates.CAValidity)
+	}
+}
+
+func (s *Site) validateNodes(l *validation.List) []network {
+	if len(s.Nodes) == 0 {
+		l.Addf("nodes", "a site needs at least one node, the genesis node")
+		return nil
+	}
+	names, ips, macs := map[string]string{}, map[netip.Addr]string{}, map[string]string{}
+	var genesis []int
+	var nets []network
+	for i, n := range s.Nodes {
+		p := validation.Path("nodes").Index(i)
+		if dnsLabel(l, p.Field("name"), n.Name) {
+			if prev, dup := names[n.Name]; dup {
+				l.Addf(p.Field("name").String(), "duplicate node name %q (also %s)", n.Name, prev)
+			}
+			names[n.Name] = p.String()
+		}
+		switch n.Role {
+		case RoleGenesis:
+			genesis = append(genesis, i)
+		case RoleMaster, RoleWorker:
+		default:
+			l.Addf(p.Field("role").String(), "unknown role %q: must be %s, %s or %s", n.Role, RoleGenesis, RoleMaster, RoleWorker)
+		}
+		if len(n.MACs) == 0 {
+			l.Addf(p.Field("macs").String(), "at least one MAC address is required: the network config matches the node's NIC by it")
+		}
+		for j, m := range n.MACs {
+			mp := p.Field("macs").Index(j)
+			hw, err := net.ParseMAC(m)
+			if err != nil || len(hw) != 6 {
+				l.Addf(mp.String(), "not an Ethernet MAC address: %q", m)
+				continue
+			}
+			if prev, dup := macs[hw.String()]; dup {
+				l.Addf(mp.String(), "duplicate MAC address %s (also %s)", hw, prev)
+			}
+			macs[hw.String()] = mp.String()
+		}
+		if pre, ok := validateNetwork(l, p.Field("network"), n); ok {
+			if prev, dup := ips[pre.Addr()]; dup {
+				l.Addf(p.Field("network").Field("address").String(), "duplicate IP address %s (also %s)", pre.Addr(), prev)
+			}
+			ips[pre.Addr()] = p.Field("network").Field("address").String()
+			nets = append(nets, network{p.Field("network").Field("address").String(), "the network of node " + n.Name, pre.Masked()})
+		}
+		if n.InstallDisk != "" && !strings.HasPrefix(n.InstallDisk, "/dev/") {
+			l.Addf(p.Field("installDisk").String(), "must be a device path under /dev/, got %q", n.InstallDisk)
+		}
+		validateLabels(l, p.Field("labels"), n.Labels)
+		for j, t := range n.Taints {
+			tp := p.Field("taints").Index(j)
+			for _, e := range k8svalidation.IsQualifiedName(t.Key) {
+				l.Addf(tp.Field("key").String(), "%q: %s", t.Key, e)
+			}
+			for _, e := range k8svalidation.IsValidLabelValue(t.Value) {
+				l.Addf(tp.Field("value").String(), "%q: %s", t.Value, e)
+			}
+			if !contains(taintEffects, t.Effect) {
+				l.Addf(tp.Field("effect").String(), "unknown effect %q: must be one of %s", t.Effect, strings.Join(taintEffects, ", "))
+			}
+		}
+	}
+	switch len(genesis) {
+	case 0:
+		l.Addf("nodes", "no node has role %s: exactly one must bootstrap the cluster", RoleGenesis)
+	case 1:
+	default:
+		for _, i := range genesis[1:] {
+			l.Addf(validation.Path("nodes").Index(i).Field("role").String(), "a second %s node (the first is nodes[%d]): exactly one node bootstraps the cluster", RoleGenesis, genesis[0])
+		}
+	}
+	return nets
+}
+
+// validateNetwork checks a node's network and returns its static address.
+func validateNetwork(l *validation.List, p validation.Path, n Node) (netip.Prefix, bool) {
+	nw := n.Network
+	switch {
+	case nw.DHCP && (nw.Address != "" || nw.Gateway != ""):
+		l.Addf(p.String(), "either dhcp: true or a static address and gateway, not both")
+		return netip.Prefix{}, false
+	case nw.DHCP:
+		if n.IsMaster() {
+			l.Addf(p.Field("dhcp").String(), "a %s needs a static address: the discovery zone and the certificates list it", n.Role)
+		}
+		return netip.Prefix{}, false
+	case nw.Address == "":
+		l.Addf(p.Field("address").String(), "required (an address with its prefix length, e.g. 192.168.10.11/24), or set dhcp: true")
+		return netip.Prefix{}, false
+	}
+	pre, err := netip.ParsePrefix(nw.Address)
+	if err != nil {
+		l.Addf(p.Field("address").String(), "not an address with a prefix length (e.g. 192.168.10.11/24): %q", nw.Address)
+		return netip.Prefix{}, false
+	}
+	if bits := pre.Addr().BitLen(); pre.Bits() < bits-1 {
+		if pre.Addr() == pre.Masked().Addr() {
+			l.Addf(p.Field("address").String(), "%s is the network address of its subnet, not a host address", pre.Addr())
+		} else if pre.Addr().Is4() && pre.Addr() == lastAddr(pre) {
+			l.Addf(p.Field("address").String(), "%s is the broadcast address of its subnet, not a host address", pre.Addr())
+		}
+	}
+	if nw.Gateway != "" {
+		gw, err := netip.ParseAddr(nw.Gateway)
+		switch {
+		case err != nil:
+			l.Addf(p.Field("gateway").String(), "not an IP address: %q", nw.Gateway)
+		case !pre.Contains(gw):
+			l.Addf(p.Field("gateway").String(), "%s is outside the node's subnet %s", gw, pre.Masked())
+		case gw == pre.Addr():
+			l.Addf(p.Field("gateway").String(), "%s is the node's own address", gw)
+		}
+	}
+	return pre, true
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As16()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	for i := bits; i < 128; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a := netip.AddrFrom16(b)
+	if p.Addr().Is4() {
+		return a.Unmap()
+	}
+	return a
+}
+
+// checkOverlaps reports pod, service and node networks that share
+// addresses. Nodes on the same subnet are expected and not reported.
+func checkOverlaps(nets []network, l *validation.List) {
+	for i, a := range nets {
+		for _, b := range nets[:i] {
+			nodeA, nodeB := strings.HasPrefix(a.path, "nodes"), strings.HasPrefix(b.path, "nodes")
+			if nodeA && nodeB || !a.prefix.Overlaps(b.prefix) {
+				continue
+			}
+			l.Addf(a.path, "%s (%s) overlaps %s (%s, %s)", a.what, a.prefix, b.what, b.prefix, b.path)
+		}
+	}
+}
+
+func cidr(l *validation.List, p validation.Path, v string) (netip.Prefix, bool) {
+	pre, err := netip.ParsePrefix(v)
+	switch {
+	case v == "":
+		l.Addf(p.String(), "required (a network in CIDR form, e.g. 10.96.0.0/12)")
+	case err != nil:
+		l.Addf(p.String(), "not a network in CIDR form: %q", v)
+	case pre != pre.Masked():
+		l.Addf(p.String(), "%s has host bits set; the network is %s", v, pre.Masked())
+	default:
+		return pre, true
+	}
+	return netip.Prefix{}, false
+}
+
+func dnsLabel(l *validation.List, p validation.Path, v string) bool {
+	if v == "" {
+		l.Addf(p.String(), "required")
+		return false
+	}
+	if errs := k8svalidation.IsDNS1123Label(v); len(errs) > 0 {
+		l.Addf(p.String(), "%q is not a DNS label: %s", v, errs[0])
+		return false
+	}
+	return true
+}
+
+func validateLabels(l *validation.List, p validation.Path, labels map[string]string) {
+	for _, k := range sortedKeys(labels) {
+		for _, e := range k8svalidation.IsQualifiedName(k) {
+			l.Addf(p.Field(k).String(), "label key: %s", e)
+		}
+		for _, e := range k8svalidation.IsValidLabelValue(labels[k]) {
+			l.Addf(p.Field(k).String(), "label value %q: %s", labels[k], e)
+		}
+	}
+}
+
+var sshKeyTypes = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+
+func checkSSHKey(k string) error {
+	f := strings.Fields(k)
+	if len(f) < 2 || !contains(sshKeyTypes, f[0]) {
+		return fmt.Errorf("not an SSH public key in authorized_keys form (type base64 [comment]): %.40q", k)
+	}
+	return nil
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
