@@ -2,15 +2,79 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 
+	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/validation"
 	"github.com/spf13/cobra"
 )
 
-// Placeholder until the gen subcommand lands.
 func newGenCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "gen",
-		Short: "(not yet implemented)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("gen: not implemented yet") },
+	var sitePath, pkiDir, outDir string
+	cmd := &cobra.Command{
+		Use:   "gen -f SITE --pki DIR -o DIR",
+		Short: "Render the cluster PKI and one Ignition config per node from a site file",
+		Long: `Turn a site file (the whole cluster, described once) into what each node needs
+at first boot.
+
+The PKI directory holds the cluster's CAs, the service-account key and every
+certificate; keep it safe and keep it: a second run reuses everything in it and
+only issues what is missing (for example for a node added to the site file).
+Nothing in it is ever overwritten.
+
+The output directory gets, all or nothing (a failed run leaves it as it was):
+
+  nodes/<name>.ign     the node's Ignition config (spec 3.5): hostname, networkd
+                       file, SSH keys, its certificates and kubeconfigs, the seed
+                       discovery zone and /etc/kiln/node.json (role, cluster)
+  admin.kubeconfig     cluster-admin credentials, server = the genesis node
+
+A worker's config holds no CA key, no etcd key and no service-account key.
+Feed each node its config: fw_cfg, ignition.config.url=, a KILN-CONFIG drive,
+or embedded in the image (see docs/site.md).`,
+		Example: `  kiln gen -f examples/site.yaml --pki pki/ -o out/site/`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := loadSite(sitePath)
+			if err != nil {
+				return err
+			}
+			res, err := nodeconfig.Generate(s, pki.Store{Dir: pkiDir}, outDir)
+			w := cmd.OutOrStdout()
+			for _, stem := range res.Issued {
+				fmt.Fprintf(w, "issued %s\n", stem)
+			}
+			if err != nil {
+				return err
+			}
+			if len(res.Issued) == 0 {
+				fmt.Fprintf(w, "PKI in %s: nothing missing, nothing issued\n", pkiDir)
+			}
+			for _, p := range res.Nodes {
+				fmt.Fprintf(w, "wrote %s\n", p)
+			}
+			return nil
+		},
 	}
+	cmd.Flags().StringVarP(&sitePath, "file", "f", "", "the site file (required)")
+	cmd.Flags().StringVar(&pkiDir, "pki", "pki", "the PKI directory to reuse and complete")
+	cmd.Flags().StringVarP(&outDir, "output", "o", "out/site", "where the node configs and admin.kubeconfig go")
+	cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// loadSite reads a site file; problems in the file are usage errors.
+func loadSite(path string) (*site.Site, error) {
+	s, err := site.Load(path)
+	if err != nil {
+		var l *validation.List
+		if errors.As(err, &l) || errors.Is(err, os.ErrNotExist) {
+			return nil, usageError{err}
+		}
+		return nil, err
+	}
+	return s, nil
 }

@@ -1,0 +1,380 @@
+package nodeconfig
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cloudflare/cfssl/helpers"
+	"github.com/coreos/ignition/v2/config/v3_5/types"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden configs (and make the test PKI if missing)")
+
+// testPKI is a PKI committed for the golden tests (its keys protect
+// nothing); -update creates it when it is missing.
+const testPKI = "testdata/pki"
+
+func exampleSite(t *testing.T) *site.Site {
+	t.Helper()
+	s, err := site.Load("../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// freshPKI is a new PKI for the site in a temporary directory.
+func freshPKI(t *testing.T, s *site.Site) pki.Store {
+	t.Helper()
+	st := pki.Store{Dir: t.TempDir()}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func decode(t *testing.T, data []byte) types.Config {
+	t.Helper()
+	cfg, _, err := ignite.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func contents(t *testing.T, f types.File) []byte {
+	t.Helper()
+	src := *f.Contents.Source
+	b64, ok := strings.CutPrefix(src, "data:;base64,")
+	if !ok {
+		t.Fatalf("%s: source %.30q is not a base64 data URL", f.Path, src)
+	}
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// The golden configs hold the exact bytes for the example site and the
+// committed test PKI: any change to what a node receives shows in review.
+func TestGoldenConfigs(t *testing.T) {
+	s := exampleSite(t)
+	st := pki.Store{Dir: testPKI}
+	if *update {
+		if _, err := st.Ensure(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "site")
+	if _, err := Generate(s, st, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range s.Nodes {
+		got, err := os.ReadFile(filepath.Join(out, NodesDir, n.Name+".ign"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden := filepath.Join("testdata", "golden", n.Name+".ign")
+		if *update {
+			os.MkdirAll(filepath.Dir(golden), 0o755)
+			if err := os.WriteFile(golden, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test ./nodeconfig -update)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from %s (run go test ./nodeconfig -update and review the diff)", n.Name, golden)
+		}
+	}
+}
+
+func TestSameSiteAndPKIGiveIdenticalOutput(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	for _, out := range []string{a, b} {
+		if _, err := Generate(s, st, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rel := range append(nodePaths(s), AdminKubeconfig) {
+		x, _ := os.ReadFile(filepath.Join(a, rel))
+		y, _ := os.ReadFile(filepath.Join(b, rel))
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between two runs", rel)
+		}
+	}
+}
+
+func nodePaths(s *site.Site) []string {
+	var out []string
+	for _, n := range s.Nodes {
+		out = append(out, filepath.Join(NodesDir, n.Name+".ign"))
+	}
+	return out
+}
+
+// privateKeys indexes every private key of the PKI by its public key, so
+// a key found in a node's config can be named.
+func privateKeys(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".key") {
+			return err
+		}
+		data, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[publicOf(t, data)] = strings.TrimSuffix(rel, ".key")
+		return nil
+	})
+	return out
+}
+
+func publicOf(t *testing.T, keyPEM []byte) string {
+	t.Helper()
+	key, err := helpers.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(der)
+}
+
+// keysIn names every private key a config carries: PEM keys in files and
+// client keys embedded in kubeconfigs.
+func keysIn(t *testing.T, cfg types.Config, index map[string]string) []string {
+	t.Helper()
+	var found []string
+	name := func(where string, keyPEM []byte) {
+		stem, ok := index[publicOf(t, keyPEM)]
+		if !ok {
+			t.Errorf("%s holds a private key that is not in the PKI", where)
+		}
+		found = append(found, stem)
+	}
+	for _, f := range cfg.Storage.Files {
+		data := contents(t, f)
+		for rest := data; ; {
+			var b *pem.Block
+			b, rest = pem.Decode(rest)
+			if b == nil {
+				break
+			}
+			if strings.Contains(b.Type, "PRIVATE KEY") {
+				name(f.Path, pem.EncodeToMemory(b))
+			}
+		}
+		if strings.HasPrefix(f.Path, KubeconfigDir) {
+			kc, err := clientcmd.Load(data)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			for _, a := range kc.AuthInfos {
+				name(f.Path, a.ClientKeyData)
+			}
+		}
+	}
+	slices.Sort(found)
+	return slices.Compact(found)
+}
+
+// Least privilege, proven on every node's config: a worker holds only its
+// own kubelet keys; a master its own keys and the control plane's, the
+// Kubernetes CA key (the controller-manager signs kubelet CSRs) and the
+// service-account key, but no etcd or front-proxy CA key and nothing of
+// another node.
+func TestEachNodeGetsOnlyTheKeysItsRoleNeeds(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	index := privateKeys(t, st.Dir)
+	for _, n := range s.Nodes {
+		t.Run(n.Name, func(t *testing.T) {
+			data, err := Render(s, st, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := keysIn(t, decode(t, data), index)
+			want := []string{"nodes/" + n.Name + "/kubelet-client", "nodes/" + n.Name + "/kubelet-server"}
+			if n.IsMaster() {
+				want = append(want, "ca", "sa", "admin", "apiserver-etcd-client", "apiserver-kubelet-client",
+					"controller-manager", "front-proxy-client", "scheduler",
+					"nodes/"+n.Name+"/apiserver", "nodes/"+n.Name+"/etcd-peer", "nodes/"+n.Name+"/etcd-server")
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s (%s) holds the keys of\n  %v\nwant\n  %v", n.Name, n.Role, got, want)
+			}
+			for _, forbidden := range []string{"etcd/ca", "front-proxy-ca"} {
+				if slices.Contains(got, forbidden) {
+					t.Errorf("%s holds the %s key", n.Name, forbidden)
+				}
+			}
+			if !n.IsMaster() {
+				for _, k := range got {
+					if k == "ca" || k == "sa" || strings.Contains(k, "etcd") {
+						t.Errorf("worker %s holds %s", n.Name, k)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSecretsAreRootOnly0600(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	for _, n := range s.Nodes {
+		data, err := Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range decode(t, data).Storage.Files {
+			body := contents(t, f)
+			secret := bytes.Contains(body, []byte("PRIVATE KEY")) || bytes.Contains(body, []byte("client-key-data"))
+			if f.User.ID == nil || *f.User.ID != 0 || f.Group.ID == nil || *f.Group.ID != 0 {
+				t.Errorf("%s:%s is not owned by root", n.Name, f.Path)
+			}
+			if secret && *f.Mode != 0o600 {
+				t.Errorf("%s:%s holds a key with mode %o", n.Name, f.Path, *f.Mode)
+			}
+			if f.Overwrite == nil || !*f.Overwrite {
+				t.Errorf("%s:%s does not replace the image's copy", n.Name, f.Path)
+			}
+		}
+	}
+}
+
+func TestConfigContents(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	byName := map[string]site.Node{}
+	for _, n := range s.Nodes {
+		byName[n.Name] = n
+	}
+	for _, tc := range []struct {
+		node string
+		path string
+		want []string
+	}{
+		{"m1", HostnamePath, []string{"m1\n"}},
+		{"m1", NetworkPath, []string{"MACAddress=52:54:00:10:00:11", "Address=192.168.10.11/24", "Gateway=192.168.10.1", "DNS=192.168.10.1", "NTP=192.168.10.1"}},
+		{"w2", NetworkPath, []string{"MACAddress=52:54:00:10:00:22 52:54:00:10:01:22", "DHCP=yes"}},
+		{"w1", ZonePath, []string{"$ORIGIN kube-apiserver.kiln.internal.", "@\tIN\tA\t192.168.10.11", "@\tIN\tA\t192.168.10.12", "@\tIN\tA\t192.168.10.13"}},
+		{"w1", NodeFilePath, []string{`"role": "worker"`, `"clusterDNS": "10.96.0.10"`, `"discoveryName": "kube-apiserver.kiln.internal"`}},
+		{"m1", NodeFilePath, []string{`"role": "genesis"`, `"address": "192.168.10.11"`}},
+		{"w1", KubeconfigDir + "/kubelet.conf", []string{"server: https://kube-apiserver.kiln.internal:6443"}},
+		{"m2", KubeconfigDir + "/admin.conf", []string{"server: https://kube-apiserver.kiln.internal:6443"}},
+	} {
+		t.Run(tc.node+tc.path, func(t *testing.T) {
+			data, err := Render(s, st, byName[tc.node])
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := decode(t, data)
+			i := slices.IndexFunc(cfg.Storage.Files, func(f types.File) bool { return f.Path == tc.path })
+			if i < 0 {
+				t.Fatalf("no %s in the config", tc.path)
+			}
+			body := string(contents(t, cfg.Storage.Files[i]))
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("%s lacks %q:\n%s", tc.path, w, body)
+				}
+			}
+			if len(cfg.Passwd.Users) != 1 || len(cfg.Passwd.Users[0].SSHAuthorizedKeys) != 1 {
+				t.Errorf("SSH keys: %+v", cfg.Passwd.Users)
+			}
+			if len(cfg.Storage.Disks) != 1 || cfg.Storage.Disks[0].Device != byName[tc.node].InstallDisk {
+				t.Errorf("state partition disk: %+v", cfg.Storage.Disks)
+			}
+		})
+	}
+}
+
+func TestAdminKubeconfigReachesGenesis(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	out := filepath.Join(t.TempDir(), "site")
+	if _, err := Generate(s, st, out); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(filepath.Join(out, AdminKubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kc.Clusters[s.Cluster.Name].Server; got != "https://192.168.10.11:6443" {
+		t.Errorf("admin server %s", got)
+	}
+	fi, _ := os.Stat(filepath.Join(out, AdminKubeconfig))
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin.kubeconfig mode %v", fi.Mode())
+	}
+}
+
+// A failed run leaves the previous output exactly as it was and no
+// staging directory behind.
+func TestFailedRunLeavesPreviousOutput(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	parent := t.TempDir()
+	out := filepath.Join(parent, "site")
+	if _, err := Generate(s, st, out); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(out, NodesDir, "w2.ign"))
+	os.Remove(filepath.Join(st.Dir, "nodes/w2/kubelet-server.crt")) // half a pair: Ensure refuses
+
+	s.Cluster.NTPServers = []string{"10.1.1.1"} // would change every config
+	if _, err := Generate(s, st, out); err == nil {
+		t.Fatal("generate succeeded with a broken PKI")
+	}
+	after, _ := os.ReadFile(filepath.Join(out, NodesDir, "w2.ign"))
+	if !bytes.Equal(before, after) {
+		t.Error("a failed run changed the output")
+	}
+	entries, _ := os.ReadDir(parent)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("leftovers beside the output: %v", names)
+	}
+}
+
+func TestRenderedConfigsAreSpec35(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	data, err := Render(s, st, s.Nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Ignition struct{ Version string } `json:"ignition"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil || raw.Ignition.Version != IgnitionSpec {
+		t.Errorf("version %q, %v", raw.Ignition.Version, err)
+	}
+}
