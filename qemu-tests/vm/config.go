@@ -7,7 +7,6 @@ package vm
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -116,13 +115,3 @@ func (c Config) ConsolePath(n int) string {
 
 func (c Config) varsPath() string     { return filepath.Join(c.Dir, "OVMF_VARS.fd") }
 func (c Config) ignitionPath() string { return filepath.Join(c.Dir, "config.ign") }
-
-// KVMUsable reports whether /dev/kvm can be opened.
-func KVMUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}

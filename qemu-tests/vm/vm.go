@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -87,6 +88,12 @@ func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Durat
 		if line, ok := v.Find(re); ok {
 			return line, nil
 		}
+		if v.KVM && v.kvmFailed() {
+			if err := v.retryUnderTCG(); err != nil {
+				return "", err
+			}
+			continue
+		}
 		select {
 		case err := <-v.exited:
 			v.exited <- err
@@ -159,4 +166,23 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, data, 0o644)
+}
+
+// kvmFailed reports whether QEMU stopped the guest on a KVM error, as it
+// does on nested hosts whose KVM cannot emulate some boot loader code.
+func (v *VM) kvmFailed() bool {
+	data, _ := os.ReadFile(v.ConsolePath(v.boot) + ".qemu-stderr")
+	return bytes.Contains(data, []byte("KVM internal error"))
+}
+
+// retryUnderTCG runs the current boot again under TCG, and makes every
+// later VM skip KVM too.
+func (v *VM) retryUnderTCG() error {
+	fmt.Fprintf(os.Stderr, "vm %s: KVM failed (see %s.qemu-stderr); this and later VMs run under TCG\n", v.Name, v.ConsolePath(v.boot))
+	markKVMBroken()
+	v.KVM = false
+	v.PowerCut()
+	os.Rename(v.ConsolePath(v.boot)+".qemu-stderr", v.ConsolePath(v.boot)+".kvm-failed")
+	v.boot--
+	return v.start()
 }

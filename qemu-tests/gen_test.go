@@ -1,0 +1,66 @@
+package qemutests
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+	"github.com/kiln-project/kiln/site"
+)
+
+const genSite = `apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster:
+  name: qemu
+  kubernetesVersion: v1.37.1
+  podCIDR: 10.244.0.0/16
+  serviceCIDR: 10.96.0.0/12
+  sshAuthorizedKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKiln ops@test"]
+nodes:
+  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+  - {name: w1, role: worker, macs: ["52:54:00:12:34:56"], network: {dhcp: true}}
+`
+
+// genProbe reports what a kiln gen config put on the node.
+const genProbe = `echo "probe: host=$(hostname)` +
+	` role=$(grep -o "role.: .[a-z]*" /etc/kiln/node.json | cut -c9-)` +
+	` keymode=$(stat -c %%a /etc/kiln/pki/kubelet-client.key)` +
+	` kubeconfig=$(stat -c %%a /etc/kiln/kubeconfig/kubelet.conf)` +
+	` cakey=$(test -e /etc/kiln/pki/ca.key && echo present || echo absent)` +
+	` zone=$(grep -c 10.0.2.50 /etc/kiln/discovery.zone)` +
+	` keys=$(wc -l < /root/.ssh/authorized_keys)" > /dev/ttyS0`
+
+// Scenario 5: a worker config from kiln gen, booted from the ISO under
+// SeaBIOS, is applied by the agent as it is.
+func TestGeneratedWorkerConfigApplies(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	s, err := site.Parse("qemu-site.yaml", []byte(genSite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := pki.Store{Dir: filepath.Join(t.TempDir(), "pki")}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	data, err := nodeconfig.Render(s, st, s.Nodes[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	unit := "[Unit]\nAfter=kiln-firstboot.service\n[Service]\nType=oneshot\nExecStart=/bin/sh -c '" + genProbe + "'\n[Install]\nWantedBy=multi-user.target\n"
+	cfg["systemd"] = map[string]any{"units": []any{map[string]any{"name": "kiln-test-probe.service", "enabled": true, "contents": unit}}}
+
+	v := startVM(t, vm.Config{Name: "gen-worker", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
+		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, cfg)})
+	waitLine(t, v, doneLine+"fw_cfg")
+	expectFields(t, waitLine(t, v, `probe: host=`), map[string]string{
+		"host": "w1", "role": "worker", "keymode": "600", "kubeconfig": "600", "cakey": "absent", "zone": "1", "keys": "1",
+	})
+}
