@@ -1,27 +1,21 @@
-// Package nodeconfig turns a site and its PKI into one Ignition config per
-// node: hostname, networkd files, SSH keys, the node's certificates and
-// kubeconfigs (only what its role needs), the seed discovery zone and the
-// kiln node file that tells the agent its role. Generate writes them all
-// or nothing.
-package nodeconfig
+// Package nodefile owns /etc/kiln/node.json, the contract between kiln gen
+// and the node agent: the node's role and the cluster parameters its
+// components are configured from.
+package nodefile
 
 import (
-	"github.com/kiln-project/kiln/discovery"
+	"encoding/json"
+	"fmt"
+	"os"
+
 	"github.com/kiln-project/kiln/site"
 )
 
-// Paths on the node, as docs/architecture.md fixes them.
-const (
-	NodeFilePath   = "/etc/kiln/node.json"
-	PKIDir         = "/etc/kiln/pki"
-	KubeconfigDir  = "/etc/kiln/kubeconfig"
-	ZonePath       = "/etc/kiln/discovery.zone"
-	NetworkPath    = "/etc/systemd/network/10-kiln.network"
-	HostnamePath   = "/etc/hostname"
-	IgnitionSpec   = "3.5.0"
-	NodeFileKind   = "Node"
-	StatePartLabel = "KILN-STATE"
-)
+// Path is where the file lives on a node.
+const Path = "/etc/kiln/node.json"
+
+// Kind identifies the document.
+const Kind = "Node"
 
 // NodeFile is /etc/kiln/node.json: what the agent needs to know about the
 // node's role and the cluster, beyond the files the config writes.
@@ -59,23 +53,21 @@ type Member struct {
 	Address string `json:"address"`
 }
 
-func nodeFile(s *site.Site, n site.Node) NodeFile {
-	c := s.Cluster
-	f := NodeFile{
-		APIVersion: site.APIVersion, Kind: NodeFileKind,
-		Name: n.Name, Role: n.Role, InstallDisk: n.InstallDisk, Labels: n.Labels, Taints: n.Taints,
-		Cluster: ClusterParams{
-			Name: c.Name, KubernetesVersion: c.KubernetesVersion, Domain: c.Domain,
-			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
-			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
-			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
-		},
+// Read loads and checks a node file.
+func Read(path string) (*NodeFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the node file: %w", err)
 	}
-	if ip := n.IP(); ip.IsValid() {
-		f.Address = ip.String()
+	var f NodeFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, m := range s.Masters() {
-		f.Masters = append(f.Masters, Member{Name: m.Name, Address: m.IP().String()})
+	if f.APIVersion != site.APIVersion || f.Kind != Kind {
+		return nil, fmt.Errorf("%s: apiVersion/kind %s/%s, want %s/%s", path, f.APIVersion, f.Kind, site.APIVersion, Kind)
 	}
-	return f
+	if f.Name == "" || f.Role == "" {
+		return nil, fmt.Errorf("%s: name and role are required", path)
+	}
+	return &f, nil
 }

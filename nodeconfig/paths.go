@@ -1,0 +1,45 @@
+// Package nodeconfig turns a site and its PKI into one Ignition config per
+// node: hostname, networkd files, SSH keys, the node's certificates and
+// kubeconfigs (only what its role needs), the seed discovery zone and the
+// kiln node file that tells the agent its role. Generate writes them all
+// or nothing.
+package nodeconfig
+
+import (
+	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/site"
+)
+
+// Paths on the node, as docs/architecture.md fixes them.
+const (
+	NodeFilePath   = nodefile.Path
+	PKIDir         = "/etc/kiln/pki"
+	KubeconfigDir  = "/etc/kiln/kubeconfig"
+	ZonePath       = "/etc/kiln/discovery.zone"
+	NetworkPath    = "/etc/systemd/network/10-kiln.network"
+	HostnamePath   = "/etc/hostname"
+	IgnitionSpec   = "3.5.0"
+	StatePartLabel = "KILN-STATE"
+)
+
+func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
+	c := s.Cluster
+	f := nodefile.NodeFile{
+		APIVersion: site.APIVersion, Kind: nodefile.Kind,
+		Name: n.Name, Role: n.Role, InstallDisk: n.InstallDisk, Labels: n.Labels, Taints: n.Taints,
+		Cluster: nodefile.ClusterParams{
+			Name: c.Name, KubernetesVersion: c.KubernetesVersion, Domain: c.Domain,
+			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
+			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
+			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
+		},
+	}
+	if ip := n.IP(); ip.IsValid() {
+		f.Address = ip.String()
+	}
+	for _, m := range s.Masters() {
+		f.Masters = append(f.Masters, nodefile.Member{Name: m.Name, Address: m.IP().String()})
+	}
+	return f
+}
