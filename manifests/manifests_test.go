@@ -1,0 +1,131 @@
+package manifests
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var testImages = Images{
+	Etcd: "kiln.local/etcd:v3.6.5", APIServer: "kiln.local/kube-apiserver:v1.37.1",
+	ControllerManager: "kiln.local/kube-controller-manager:v1.37.1", Scheduler: "kiln.local/kube-scheduler:v1.37.1",
+	CoreDNS: "kiln.local/coredns:v1.15.0", Pause: "kiln.local/pause:3.10",
+}
+
+func node(name, role, addr string) nodefile.NodeFile {
+	return nodefile.NodeFile{
+		APIVersion: "kiln.dev/v1alpha1", Kind: nodefile.Kind, Name: name, Role: role, Address: addr,
+		Cluster: nodefile.ClusterParams{
+			Name: "lab", KubernetesVersion: "v1.37.1", Domain: "cluster.local",
+			PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDNS: "10.96.0.10",
+			APIServerPort: 6443, DiscoveryName: "kube-apiserver.kiln.internal", NodeLocalDNS: "169.254.20.10",
+			UpstreamDNS: []string{"192.168.10.1"},
+		},
+		Masters: []nodefile.Member{{Name: "m1", Address: "192.168.10.11"}},
+	}
+}
+
+// The rendered files of a genesis node and a worker, byte for byte.
+func TestGoldenFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Params
+	}{
+		{"genesis", GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)},
+		{"worker", Params{Node: node("w1", "worker", "192.168.10.21"), Images: testImages}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := Files(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			for _, f := range files {
+				got.WriteString("### " + f.Path + "\n")
+				got.Write(f.Content)
+			}
+			golden := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				os.MkdirAll("testdata", 0o755)
+				os.WriteFile(golden, got.Bytes(), 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (go test ./manifests -update)", err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("%s differs from %s (go test ./manifests -update, then review the diff)", tc.name, golden)
+			}
+		})
+	}
+}
+
+func TestRolesGetTheirPods(t *testing.T) {
+	for _, tc := range []struct {
+		role string
+		want []string
+	}{
+		{"genesis", []string{"etcd", "kiln-node-dns", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}},
+		{"master", []string{"etcd", "kiln-node-dns", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}},
+		{"worker", []string{"kiln-node-dns"}},
+	} {
+		files, err := Files(GenesisParams(node("n", tc.role, "10.0.0.2"), testImages))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pods []string
+		for _, f := range files {
+			if name, ok := strings.CutPrefix(f.Path, StaticPodDir+"/"); ok {
+				var pod corev1.Pod
+				if err := yaml.UnmarshalStrict(f.Content, &pod); err != nil {
+					t.Fatalf("%s: %v", f.Path, err)
+				}
+				if pod.Name+".yaml" != name || pod.Spec.Containers[0].ImagePullPolicy != corev1.PullNever {
+					t.Errorf("%s: name %s, pull policy %s", f.Path, pod.Name, pod.Spec.Containers[0].ImagePullPolicy)
+				}
+				pods = append(pods, pod.Name)
+			}
+		}
+		slices.Sort(pods)
+		if !slices.Equal(pods, tc.want) {
+			t.Errorf("%s: static pods %v, want %v", tc.role, pods, tc.want)
+		}
+	}
+}
+
+// Pods must not resolve through the node-local CoreDNS; the host does.
+func TestPodsDoNotGetTheNodeLocalResolver(t *testing.T) {
+	p := GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)
+	if strings.Contains(PodResolvConfContent(p), p.Node.Cluster.NodeLocalDNS) {
+		t.Error("the pods' resolv.conf names the node-local resolver")
+	}
+	kc := KubeletConfig(p)
+	if *kc.ResolverConfig != PodResolvConf || slices.Contains(kc.ClusterDNS, p.Node.Cluster.NodeLocalDNS) {
+		t.Errorf("kubelet resolvConf %s, clusterDNS %v", *kc.ResolverConfig, kc.ClusterDNS)
+	}
+	if !strings.Contains(Corefile(p), "bind 169.254.20.10") {
+		t.Error("the node-local CoreDNS is not bound to the node-local address")
+	}
+}
+
+func TestKubeletConfigIsLockedDown(t *testing.T) {
+	kc := KubeletConfig(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages))
+	if *kc.Authentication.Anonymous.Enabled || kc.Authorization.Mode != "Webhook" || kc.CgroupDriver != "systemd" || !kc.RotateCertificates {
+		t.Errorf("kubelet config: anonymous=%v authz=%s cgroup=%s rotate=%v",
+			*kc.Authentication.Anonymous.Enabled, kc.Authorization.Mode, kc.CgroupDriver, kc.RotateCertificates)
+	}
+	if !strings.HasPrefix(kc.StaticPodPath, "/var/lib/kiln/") {
+		t.Errorf("static pod path %s is not on the state partition", kc.StaticPodPath)
+	}
+}

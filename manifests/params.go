@@ -1,0 +1,57 @@
+// Package manifests owns the Kubernetes objects and component configs kiln
+// puts on a node, as typed objects rendered to YAML: the control plane's
+// static pods, the node-local CoreDNS (static pod and Corefile) and the
+// kubelet's configuration. Everything is derived from the node file and
+// the images baked into the node image.
+package manifests
+
+import (
+	"fmt"
+
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+// Paths on the node. The static pod directory and the live discovery
+// zone are on the state partition: they must survive a reboot with no
+// apiserver.
+const (
+	StaticPodDir   = "/var/lib/kiln/manifests"
+	PKIDir         = "/etc/kiln/pki"
+	KubeconfigDir  = "/etc/kiln/kubeconfig"
+	DNSDir         = "/var/lib/kiln/dns"
+	ZoneFile       = DNSDir + "/discovery.zone"
+	CorefilePath   = DNSDir + "/Corefile"
+	PodResolvConf  = "/etc/kiln/resolv.pods.conf"
+	EtcdDataDir    = "/var/lib/etcd"
+	ContainerdSock = "unix:///run/containerd/containerd.sock"
+)
+
+// Images are the references of the container images baked into the node
+// image, as containerd knows them after import.
+type Images struct {
+	Etcd, APIServer, ControllerManager, Scheduler, CoreDNS, Pause string
+}
+
+// Params is everything the manifests are rendered from.
+type Params struct {
+	Node   nodefile.NodeFile
+	Images Images
+	// EtcdInitialCluster and EtcdClusterState are set by the role: a
+	// genesis node starts a new single-member cluster, a joining master
+	// lists the members it joins.
+	EtcdInitialCluster string
+	EtcdClusterState   string // "new" or "existing"
+}
+
+// GenesisParams are the parameters of the genesis node: a new etcd
+// cluster of itself.
+func GenesisParams(n nodefile.NodeFile, img Images) Params {
+	return Params{
+		Node: n, Images: img,
+		EtcdInitialCluster: fmt.Sprintf("%s=https://%s:2380", n.Name, n.Address),
+		EtcdClusterState:   "new",
+	}
+}
+
+func pki(name string) string        { return PKIDir + "/" + name }
+func kubeconfig(name string) string { return KubeconfigDir + "/" + name + ".conf" }

@@ -1,0 +1,193 @@
+package manifests
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// arg is one command-line flag of a component; a list keeps the order
+// stable and reviewable.
+type arg struct{ name, value string }
+
+func command(binary string, flags []arg) []string {
+	out := []string{binary}
+	for _, f := range flags {
+		out = append(out, "--"+f.name+"="+f.value)
+	}
+	return out
+}
+
+// ControlPlane returns the static pods of a master: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler.
+func ControlPlane(p Params) []*corev1.Pod {
+	return []*corev1.Pod{Etcd(p), APIServer(p), ControllerManager(p), Scheduler(p)}
+}
+
+// ControlPlaneIf is ControlPlane for a master and nothing for a worker.
+func ControlPlaneIf(p Params) []*corev1.Pod {
+	if p.Node.Role == "worker" {
+		return nil
+	}
+	return ControlPlane(p)
+}
+
+// Etcd is the node's etcd member, TLS for clients and peers, data on the
+// state partition.
+func Etcd(p Params) *corev1.Pod {
+	ip, name := p.Node.Address, p.Node.Name
+	flags := []arg{
+		{"name", name},
+		{"data-dir", EtcdDataDir},
+		{"listen-client-urls", fmt.Sprintf("https://127.0.0.1:2379,https://%s:2379", ip)},
+		{"advertise-client-urls", fmt.Sprintf("https://%s:2379", ip)},
+		{"listen-peer-urls", fmt.Sprintf("https://%s:2380", ip)},
+		{"initial-advertise-peer-urls", fmt.Sprintf("https://%s:2380", ip)},
+		{"initial-cluster", p.EtcdInitialCluster},
+		{"initial-cluster-state", p.EtcdClusterState},
+		{"listen-metrics-urls", "http://127.0.0.1:2381"},
+		{"cert-file", pki("etcd-server.crt")},
+		{"key-file", pki("etcd-server.key")},
+		{"trusted-ca-file", pki("etcd/ca.crt")},
+		{"client-cert-auth", "true"},
+		{"peer-cert-file", pki("etcd-peer.crt")},
+		{"peer-key-file", pki("etcd-peer.key")},
+		{"peer-trusted-ca-file", pki("etcd/ca.crt")},
+		{"peer-client-cert-auth", "true"},
+		{"snapshot-count", "10000"},
+	}
+	pod := staticPod("etcd", p.Images.Etcd, command("etcd", flags), httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP))
+	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
+	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	return pod
+}
+
+// APIServer is the node's kube-apiserver; it talks to the local etcd
+// member only, so a master needs no load balancer in front of etcd.
+func APIServer(p Params) *corev1.Pod {
+	c := p.Node.Cluster
+	port := strconv.Itoa(c.APIServerPort)
+	flags := []arg{
+		{"advertise-address", p.Node.Address},
+		{"secure-port", port},
+		{"allow-privileged", "true"},
+		{"authorization-mode", "Node,RBAC"},
+		{"enable-admission-plugins", "NodeRestriction"},
+		{"client-ca-file", pki("ca.crt")},
+		{"tls-cert-file", pki("apiserver.crt")},
+		{"tls-private-key-file", pki("apiserver.key")},
+		{"etcd-servers", "https://127.0.0.1:2379"},
+		{"etcd-cafile", pki("etcd/ca.crt")},
+		{"etcd-certfile", pki("apiserver-etcd-client.crt")},
+		{"etcd-keyfile", pki("apiserver-etcd-client.key")},
+		{"kubelet-client-certificate", pki("apiserver-kubelet-client.crt")},
+		{"kubelet-client-key", pki("apiserver-kubelet-client.key")},
+		{"kubelet-preferred-address-types", "InternalIP,Hostname"},
+		{"service-cluster-ip-range", c.ServiceCIDR},
+		{"service-account-issuer", "https://kubernetes.default.svc." + c.Domain},
+		{"service-account-key-file", pki("sa.pub")},
+		{"service-account-signing-key-file", pki("sa.key")},
+		{"proxy-client-cert-file", pki("front-proxy-client.crt")},
+		{"proxy-client-key-file", pki("front-proxy-client.key")},
+		{"requestheader-client-ca-file", pki("front-proxy-ca.crt")},
+		{"requestheader-allowed-names", "front-proxy-client"},
+		{"requestheader-extra-headers-prefix", "X-Remote-Extra-"},
+		{"requestheader-group-headers", "X-Remote-Group"},
+		{"requestheader-username-headers", "X-Remote-User"},
+	}
+	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
+	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	return pod
+}
+
+// ControllerManager signs kubelet certificate requests with the cluster
+// CA and allocates pod CIDRs; it reaches the apiservers through the
+// discovery name like everything else.
+func ControllerManager(p Params) *corev1.Pod {
+	c := p.Node.Cluster
+	kc := kubeconfig("controller-manager")
+	flags := []arg{
+		{"kubeconfig", kc},
+		{"authentication-kubeconfig", kc},
+		{"authorization-kubeconfig", kc},
+		{"bind-address", "127.0.0.1"},
+		{"leader-elect", "true"},
+		{"cluster-name", c.Name},
+		{"client-ca-file", pki("ca.crt")},
+		{"requestheader-client-ca-file", pki("front-proxy-ca.crt")},
+		{"root-ca-file", pki("ca.crt")},
+		{"cluster-signing-cert-file", pki("ca.crt")},
+		{"cluster-signing-key-file", pki("ca.key")},
+		{"service-account-private-key-file", pki("sa.key")},
+		{"use-service-account-credentials", "true"},
+		{"controllers", "*,bootstrapsigner,tokencleaner"},
+		{"allocate-node-cidrs", "true"},
+		{"cluster-cidr", c.PodCIDR},
+		{"service-cluster-ip-range", c.ServiceCIDR},
+	}
+	pod := staticPod("kube-controller-manager", p.Images.ControllerManager, command("kube-controller-manager", flags), httpProbe("/healthz", 10257, corev1.URISchemeHTTPS))
+	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
+	return pod
+}
+
+// Scheduler is the node's kube-scheduler.
+func Scheduler(p Params) *corev1.Pod {
+	kc := kubeconfig("scheduler")
+	flags := []arg{
+		{"kubeconfig", kc},
+		{"authentication-kubeconfig", kc},
+		{"authorization-kubeconfig", kc},
+		{"bind-address", "127.0.0.1"},
+		{"leader-elect", "true"},
+	}
+	pod := staticPod("kube-scheduler", p.Images.Scheduler, command("kube-scheduler", flags), httpProbe("/livez", 10259, corev1.URISchemeHTTPS))
+	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
+	return pod
+}
+
+// staticPod is a host-network, node-critical pod in kube-system with one
+// container.
+func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "kube-system",
+			Labels: map[string]string{"component": name, "tier": "control-plane", "app.kubernetes.io/managed-by": "kiln"},
+		},
+		Spec: corev1.PodSpec{
+			HostNetwork:       true,
+			PriorityClassName: "system-node-critical",
+			SecurityContext:   &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+				}},
+				LivenessProbe: liveness,
+			}},
+		},
+	}
+}
+
+func httpProbe(path string, port int, scheme corev1.URIScheme) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Host: "127.0.0.1", Path: path, Port: intstr.FromInt32(int32(port)), Scheme: scheme,
+		}},
+		InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
+	}
+}
+
+// mount adds a hostPath volume mounted at the same path in the container.
+func mount(pod *corev1.Pod, name, path string, readOnly bool, kind corev1.HostPathType) {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+		Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}},
+	})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+}
