@@ -1,0 +1,99 @@
+package ociimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func TestWriteIsReproducibleAndLoadable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	os.WriteFile(bin, []byte("#!/bin/sh\nexec sleep infinity\n"), 0o755)
+	spec := Spec{
+		Ref:        "kiln.local/pause:3.10",
+		Files:      []File{{Path: "/usr/bin/pause", Source: bin}},
+		Entrypoint: []string{"/usr/bin/pause"},
+		Created:    time.Unix(1735689600, 0).UTC(),
+	}
+	a, err := Write(spec, filepath.Join(dir, "a.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Write(spec, filepath.Join(dir, "b.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, _ := os.ReadFile(a.Path)
+	db, _ := os.ReadFile(b.Path)
+	if a.Digest != b.Digest || !bytes.Equal(da, db) {
+		t.Errorf("two writes differ: %s vs %s", a.Digest, b.Digest)
+	}
+
+	tag, _ := name.NewTag(spec.Ref)
+	img, err := tarball.ImageFromPath(a.Path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, spec.Entrypoint) || !cfg.Created.Time.Equal(spec.Created) || cfg.OS != "linux" {
+		t.Errorf("config: entrypoint %v created %v os %s", cfg.Config.Entrypoint, cfg.Created, cfg.OS)
+	}
+	layers, _ := img.Layers()
+	if len(layers) != 1 {
+		t.Fatalf("%d layers", len(layers))
+	}
+	rc, _ := layers[0].Uncompressed()
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Name == "usr/bin/pause" && h.Mode != 0o755 {
+			t.Errorf("mode %o", h.Mode)
+		}
+		if !h.ModTime.Equal(spec.Created) {
+			t.Errorf("%s mtime %v", h.Name, h.ModTime)
+		}
+	}
+	if want := []string{"usr/", "usr/bin/", "usr/bin/pause"}; !slices.Equal(names, want) {
+		t.Errorf("layer entries %v, want %v", names, want)
+	}
+	if _, err := os.Stat(a.Path + ".tmp"); err == nil {
+		t.Error("temporary archive left")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, s := range []Spec{
+		{Ref: "Not A Ref!", Files: nil},
+		{Ref: "kiln.local/x:1", Files: []File{{Path: "relative", Source: "/dev/null"}}},
+		{Ref: "kiln.local/x:1", Files: []File{{Path: "/x", Source: "/does/not/exist"}}},
+	} {
+		dst := filepath.Join(t.TempDir(), "x.tar")
+		if _, err := Write(s, dst); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+		if _, err := os.Stat(dst); err == nil {
+			t.Errorf("%+v left an archive", s)
+		}
+	}
+}
