@@ -16,12 +16,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -109,7 +110,7 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 	var mod strings.Builder
 	fmt.Fprintf(&mod, "module kiln.local/build/%s\n\ngo 1.24\n\nrequire %s %s\n", t.Name, t.Module, t.Version)
-	for _, m := range sortedKeys(t.Replace) {
+	for _, m := range slices.Sorted(maps.Keys(t.Replace)) {
 		fmt.Fprintf(&mod, "replace %s => %s %s\n", m, m, t.Replace[m])
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644); err != nil {
@@ -144,13 +145,4 @@ func (b Builder) log() io.Writer {
 		return io.Discard
 	}
 	return b.Log
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -2,9 +2,11 @@ package site
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/kiln-project/kiln/validation"
@@ -284,7 +286,7 @@ func dnsLabel(l *validation.List, p validation.Path, v string) bool {
 }
 
 func validateLabels(l *validation.List, p validation.Path, labels map[string]string) {
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		for _, e := range k8svalidation.IsQualifiedName(k) {
 			l.Addf(p.Field(k).String(), "label key: %s", e)
 		}

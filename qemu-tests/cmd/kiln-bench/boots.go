@@ -105,16 +105,23 @@ func nothing() {}
 func isoBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
 	return func(o options, _ string, plain bool) (vm.Config, func(), error) {
 		cfg := vm.Config{Firmware: fw, Boot: vm.BootISO, ISO: abs(filepath.Join(o.out, "node.iso"))}
-		if plain {
-			pxe := abs(filepath.Join(o.out, "pxe"))
-			cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
-			cfg.Append = isoArgs + " " + maskAgent
-			return cfg, nothing, nil
-		}
-		ign, err := json.Marshal(benchConfig)
-		cfg.Ignition = ign
+		cfg, err := agentOrPlain(o, cfg, isoArgs, plain)
 		return cfg, nothing, err
 	}
+}
+
+// agentOrPlain gives cfg the bench config, or for the plain boot the
+// image's kernel booted directly with the agent masked.
+func agentOrPlain(o options, cfg vm.Config, args string, plain bool) (vm.Config, error) {
+	if plain {
+		pxe := abs(filepath.Join(o.out, "pxe"))
+		cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
+		cfg.Append = args + " " + maskAgent
+		return cfg, nil
+	}
+	ign, err := json.Marshal(benchConfig)
+	cfg.Ignition = ign
+	return cfg, err
 }
 
 func rawBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
@@ -127,14 +134,7 @@ func rawBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
 	}
 	cleanup := func() { os.Remove(disk) }
 	cfg := vm.Config{Firmware: vm.UEFI, Boot: vm.BootDisk, Disks: []vm.Disk{{Path: disk, Format: "raw"}}}
-	if plain {
-		pxe := abs(filepath.Join(o.out, "pxe"))
-		cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
-		cfg.Append = rawArgs + " " + maskAgent
-		return cfg, cleanup, nil
-	}
-	ign, err := json.Marshal(benchConfig)
-	cfg.Ignition = ign
+	cfg, err := agentOrPlain(o, cfg, rawArgs, plain)
 	return cfg, cleanup, err
 }
 
