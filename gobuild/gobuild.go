@@ -36,6 +36,24 @@ type Target struct {
 	Replace  map[string]string // module -> version, pinned in the wrapper
 	LDFlags  []string          // e.g. -X k8s.io/component-base/version.gitVersion=v1.37.1
 	Tags     []string          // build tags
+	Names    map[string]string // package -> binary name, when not the go tool's
+}
+
+// binaryName is what go build names a package's binary (the last path
+// element, or the one before a /vN suffix), unless Names says otherwise.
+func (t Target) binaryName(pkg string) string {
+	if n, ok := t.Names[pkg]; ok {
+		return n
+	}
+	return goBinaryName(pkg)
+}
+
+func goBinaryName(pkg string) string {
+	base := path.Base(pkg)
+	if len(base) > 1 && base[0] == 'v' && strings.Trim(base[1:], "0123456789") == "" {
+		return path.Base(path.Dir(pkg))
+	}
+	return base
 }
 
 // Key is the cache key: the target and the Go toolchain that builds it.
@@ -66,7 +84,7 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	dir := filepath.Join(b.CacheDir, "gobuild", fmt.Sprintf("%s-%s-%s", t.Name, t.Version, t.Key()))
 	bins := Binaries{}
 	for _, p := range t.Packages {
-		bins[path.Base(p)] = filepath.Join(dir, path.Base(p))
+		bins[t.binaryName(p)] = filepath.Join(dir, t.binaryName(p))
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		fmt.Fprintf(b.log(), "%s %s: cached in %s\n", t.Name, t.Version, dir)
@@ -92,6 +110,13 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	}
 	if err := b.run(ctx, work, append(args, t.Packages...)...); err != nil {
 		return nil, fmt.Errorf("%s %s: go build: %w", t.Name, t.Version, err)
+	}
+	for _, p := range t.Packages {
+		if want, got := t.binaryName(p), goBinaryName(p); want != got {
+			if err := os.Rename(filepath.Join(out, got), filepath.Join(out, want)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(out, ".complete"), []byte(time.Since(start).String()+"\n"), 0o644); err != nil {
 		return nil, err

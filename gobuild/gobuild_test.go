@@ -101,3 +101,19 @@ func TestBuildRealProgramAndCache(t *testing.T) {
 		t.Errorf("work directories left: %v", leftovers)
 	}
 }
+
+func TestBinaryNames(t *testing.T) {
+	for _, tc := range []struct{ pkg, want string }{
+		{"k8s.io/kubernetes/cmd/kubelet", "kubelet"},
+		{"go.etcd.io/etcd/server/v3", "server"},
+		{"github.com/coredns/coredns", "coredns"},
+		{"example.com/v", "v"},
+	} {
+		if got := goBinaryName(tc.pkg); got != tc.want {
+			t.Errorf("goBinaryName(%s) = %s, want %s", tc.pkg, got, tc.want)
+		}
+	}
+	if got := EtcdTarget("v3.6.5").binaryName("go.etcd.io/etcd/server/v3"); got != "etcd" {
+		t.Errorf("etcd binary named %s", got)
+	}
+}
