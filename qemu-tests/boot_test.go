@@ -128,10 +128,12 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 	}
 	report := waitLine(t, v, `kiln-firstboot: config: .*storage\.files\.2\.path`)
 	t.Logf("report: %s", report)
-	// The agent runs before multi-user.target and starts what a config
-	// enables before its final line; once multi-user is reached, anything
-	// an applied config asked for would be on the console.
-	waitLine(t, v, `Reached target.*Multi-User System`)
+	// Proving that nothing happened needs a bounded wait: the agent has
+	// exited with its error line, and a unit an applied config enabled
+	// would print within seconds of it. No later console line marks the
+	// end of this boot: systemd's status lines (quiet) do not reliably
+	// reach the console, and the login prompt comes before the agent ends.
+	time.Sleep(30 * time.Second)
 	for _, re := range []string{probeLine, doneLine} {
 		if l, ok := v.Find(regexp.MustCompile(re)); ok {
 			t.Errorf("an invalid config was applied: console shows %q", l)
