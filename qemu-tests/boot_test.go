@@ -94,25 +94,30 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	}
 }
 
-// Scenario 3: PXE under SeaBIOS/iPXE: kernel, initramfs and root come
-// over HTTP from a server on the host's loopback (10.0.2.2 inside QEMU's
-// user network), and the config from ignition.config.url=.
+// Scenario 3: PXE under SeaBIOS and under OVMF, both through iPXE:
+// kernel, initramfs and root come over HTTP from a server on the host's
+// loopback (10.0.2.2 inside QEMU's user network), and the config from
+// ignition.config.url=.
 func TestPXEFetchesConfigFromURL(t *testing.T) {
 	out := outDir(t)
-	dir := logDir(t, out)
-	cfg := map[string][]byte{"config.ign": mustJSON(t, nodeConfig(""))}
-	pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, cfg, func(p *vm.PXEServer) string {
-		return "ignition.config.url=" + p.GuestURL("config.ign")
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, fw := range []vm.Firmware{vm.BIOS, vm.UEFI} {
+		t.Run(fw.String(), func(t *testing.T) {
+			dir := logDir(t, out)
+			cfg := map[string][]byte{"config.ign": mustJSON(t, nodeConfig(""))}
+			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, cfg, func(p *vm.PXEServer) string {
+				return "ignition.config.url=" + p.GuestURL("config.ign")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pxe.Close)
+			v := startVM(t, vm.Config{Name: "pxe-" + fw.String(), Dir: dir, Firmware: fw, Boot: vm.BootPXE,
+				TFTPDir: pxe.TFTPDir, BootFile: pxe.BootFile, MemoryMiB: 2048})
+			waitLine(t, v, doneLine+"url")
+			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
+			expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
+		})
 	}
-	t.Cleanup(pxe.Close)
-	v := startVM(t, vm.Config{Name: "pxe", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootPXE,
-		TFTPDir: pxe.TFTPDir, BootFile: pxe.BootFile, MemoryMiB: 2048})
-	waitLine(t, v, doneLine+"url")
-	t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
-	expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
 }
 
 // Scenario 4: an invalid config prints its report and the error line and

@@ -51,7 +51,8 @@ func bootPaths() []bootPath {
 		{"ISO, SeaBIOS", "direct kernel boot of the same ISO, agent masked", isoBoot(vm.BIOS)},
 		{"ISO, OVMF", "direct kernel boot of the same ISO, agent masked", isoBoot(vm.UEFI)},
 		{"raw disk, OVMF", "direct kernel boot of the same disk, agent masked", rawBoot},
-		{"PXE, SeaBIOS + iPXE", "the same PXE boot, agent masked", pxeBoot},
+		{"PXE, SeaBIOS + iPXE", "the same PXE boot, agent masked", pxeBoot(vm.BIOS)},
+		{"PXE, OVMF + iPXE", "the same PXE boot, agent masked", pxeBoot(vm.UEFI)},
 	}
 }
 
@@ -138,19 +139,21 @@ func rawBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
 	return cfg, cleanup, err
 }
 
-func pxeBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
-	ign, err := json.Marshal(benchConfig)
-	if err != nil {
-		return vm.Config{}, nil, err
-	}
-	srv, err := vm.ServePXE(abs(filepath.Join(o.out, "pxe")), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
-		if plain {
-			return maskAgent
+func pxeBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
+	return func(o options, dir string, plain bool) (vm.Config, func(), error) {
+		ign, err := json.Marshal(benchConfig)
+		if err != nil {
+			return vm.Config{}, nil, err
 		}
-		return "ignition.config.url=" + p.GuestURL("config.ign")
-	})
-	if err != nil {
-		return vm.Config{}, nil, err
+		srv, err := vm.ServePXE(abs(filepath.Join(o.out, "pxe")), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
+			if plain {
+				return maskAgent
+			}
+			return "ignition.config.url=" + p.GuestURL("config.ign")
+		})
+		if err != nil {
+			return vm.Config{}, nil, err
+		}
+		return vm.Config{Firmware: fw, Boot: vm.BootPXE, TFTPDir: srv.TFTPDir, BootFile: srv.BootFile, MemoryMiB: 2048}, srv.Close, nil
 	}
-	return vm.Config{Firmware: vm.BIOS, Boot: vm.BootPXE, TFTPDir: srv.TFTPDir, BootFile: srv.BootFile, MemoryMiB: 2048}, srv.Close, nil
 }
