@@ -19,8 +19,10 @@ var (
 	multiUserLine = regexp.MustCompile(`Reached target.*Multi-User System`)
 )
 
-// maskAgent keeps the agent from running, for the plain-boot floor.
-const maskAgent = "systemd.mask=kiln-firstboot.service"
+// maskAgent keeps the agent from running, for the plain-boot floor, and
+// turns systemd's status lines on: with "quiet" alone, "Reached target
+// multi-user.target" does not reliably reach the console.
+const maskAgent = "systemd.mask=kiln-firstboot.service systemd.show_status=1"
 
 // Kernel arguments of the image's own boot entries (builder/testdata).
 const (

@@ -40,8 +40,11 @@ func (r *report) add(title string, head [3]string, rows ...row) {
 
 func (r *report) write(path string) error {
 	var b strings.Builder
-	accel := "TCG (no /dev/kvm)"
-	if vm.KVMUsable() {
+	accel := "TCG"
+	switch {
+	case os.Getenv("KILN_ACCEL") != "":
+		accel += " (KILN_ACCEL=" + os.Getenv("KILN_ACCEL") + ")"
+	case vm.KVMUsable():
 		accel = "KVM"
 	}
 	host, _ := os.Hostname()
@@ -61,4 +64,23 @@ func (r *report) write(path string) error {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+func mib(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// setFloor fills the empty floor cells of a section.
+func (r *report) setFloor(title, floor string) {
+	for i := range r.sections {
+		if r.sections[i].title != title {
+			continue
+		}
+		for j := range r.sections[i].rows {
+			if x := &r.sections[i].rows[j]; x.floor == "" || strings.HasPrefix(x.floor, "see ") {
+				x.floor = floor
+			}
+		}
+	}
+}
