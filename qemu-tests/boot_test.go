@@ -72,8 +72,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	waitLine(t, v, doneLine+"fw_cfg")
 	p1 := waitLine(t, v, probeLine)
 	expectFields(t, p1, map[string]string{"marker": "absent", "drift": "absent", "once": "1", "hello": "world", "state": "/dev/vda3"})
-	// the probe has left its marker; give the ext4 journal a moment to commit it
-	waitLine(t, v, `Reached target.*Multi-User System`)
+	waitLine(t, v, `probe-synced`) // the marker is on disk: now cut the power
 
 	v.Ignition = nil // no config source at all on the second boot
 	if err := v.Restart(); err != nil {

@@ -6,7 +6,7 @@ package qemutests
 
 // probeScript reports, then leaves traces for the next boot: a marker on
 // the persistent /var/lib/kiln and a drift file on the immutable /etc,
-// synced so a power cut after multi-user cannot lose them.
+// synced, and says so, so a power cut after that line cannot lose them.
 const probeScript = `echo "probe: boot=$(cat /proc/sys/kernel/random/boot_id)` +
 	` marker=$(test -e /var/lib/kiln/marker && echo present || echo absent)` +
 	` drift=$(test -e /etc/drift && echo present || echo absent)` +
@@ -16,7 +16,7 @@ const probeScript = `echo "probe: boot=$(cat /proc/sys/kernel/random/boot_id)` +
 	` hello=$(cat /etc/kiln-test/hello 2>/dev/null || echo none)` +
 	` host=$(hostname)` +
 	` state=$(findmnt -no SOURCE /var/lib/kiln-state 2>/dev/null || echo ram)" > /dev/ttyS0; ` +
-	`touch /var/lib/kiln/marker /etc/drift; sync`
+	`touch /var/lib/kiln/marker /etc/drift; sync; echo "probe-synced" > /dev/ttyS0`
 
 const probeUnit = "[Unit]\nDescription=kiln test probe\nAfter=kiln-firstboot.service kiln-test-once.service\n\n" +
 	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '" + probeScript + "'\n\n[Install]\nWantedBy=multi-user.target\n"
