@@ -135,7 +135,7 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 	// Proving that nothing happened needs a bounded wait: the agent has
 	// exited with its error line, and a unit an applied config enabled
 	// would print within seconds of it. No later console line marks the
-	// end of this boot: systemd's status lines (quiet) do not reliably
+	// end of this boot: systemd's status lines do not reliably
 	// reach the console, and the login prompt comes before the agent ends.
 	time.Sleep(30 * time.Second)
 	for _, re := range []string{probeLine, doneLine} {

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/kiln-project/kiln/builder"
+	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -24,12 +26,6 @@ var (
 
 // maskAgent keeps the agent from running, for the plain-boot floor.
 const maskAgent = "systemd.mask=kiln-firstboot.service"
-
-// Kernel arguments of the image's own boot entries (builder/testdata).
-const (
-	isoArgs = "root=live:CDLABEL=KILN rd.live.overlay.overlayfs=1 console=tty0 console=ttyS0,115200 quiet"
-	rawArgs = "root=live:PARTLABEL=KILN-ROOT rd.live.overlay.overlayfs=1 console=tty0 console=ttyS0,115200 quiet"
-)
 
 // benchConfig is a small config: one file and the hostname, so the figure
 // is the agent's own cost, not that of what a config asks for.
@@ -110,18 +106,24 @@ func nothing() {}
 func isoBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
 	return func(o options, _ string, plain bool) (vm.Config, func(), error) {
 		cfg := vm.Config{Firmware: fw, Boot: vm.BootISO, ISO: abs(filepath.Join(o.out, "node.iso"))}
-		cfg, err := agentOrPlain(o, cfg, isoArgs, plain)
+		cfg, err := agentOrPlain(o, cfg, builder.ISOCmdline, plain)
 		return cfg, nothing, err
 	}
 }
 
 // agentOrPlain gives cfg the bench config, or for the plain boot the
-// image's kernel booted directly with the agent masked.
-func agentOrPlain(o options, cfg vm.Config, args string, plain bool) (vm.Config, error) {
+// image's kernel booted directly, with the image's own boot entry's
+// command line (the builder's, with the default spec's arguments) and
+// the agent masked.
+func agentOrPlain(o options, cfg vm.Config, cmdline func(extra []string) string, plain bool) (vm.Config, error) {
 	if plain {
+		spec, err := images.Load("")
+		if err != nil {
+			return cfg, err
+		}
 		pxe := abs(filepath.Join(o.out, "pxe"))
 		cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
-		cfg.Append = args + " " + maskAgent
+		cfg.Append = cmdline(append(spec.Kernel.Cmdline, maskAgent))
 		return cfg, nil
 	}
 	ign, err := json.Marshal(benchConfig)
@@ -139,7 +141,7 @@ func rawBoot(o options, dir string, plain bool) (vm.Config, func(), error) {
 	}
 	cleanup := func() { os.Remove(disk) }
 	cfg := vm.Config{Firmware: vm.UEFI, Boot: vm.BootDisk, Disks: []vm.Disk{{Path: disk, Format: "raw"}}}
-	cfg, err := agentOrPlain(o, cfg, rawArgs, plain)
+	cfg, err := agentOrPlain(o, cfg, builder.RawCmdline, plain)
 	return cfg, cleanup, err
 }
 
