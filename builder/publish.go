@@ -50,16 +50,7 @@ func publish(stage, out string, names []string) error {
 			return fmt.Errorf("publishing %s: %w", name, err)
 		}
 	}
-	return syncDir(out)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.SyncDir(out)
 }
 
 // removeStale deletes leftovers of an interrupted build: directories in dir
