@@ -16,8 +16,8 @@ import (
 // apiserver.
 const (
 	StaticPodDir   = "/var/lib/kiln/manifests"
-	PKIDir         = "/etc/kiln/pki"
-	KubeconfigDir  = "/etc/kiln/kubeconfig"
+	PKIDir         = nodefile.PKIDir
+	KubeconfigDir  = nodefile.KubeconfigDir
 	DNSDir         = "/var/lib/kiln/dns"
 	ZoneFile       = DNSDir + "/discovery.zone"
 	CorefilePath   = DNSDir + "/Corefile"

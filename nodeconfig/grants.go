@@ -4,7 +4,6 @@ import (
 	"path"
 	"strings"
 
-	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -82,6 +81,3 @@ func kubeconfigsFor(n site.Node) []kubeconfig {
 func isSecret(nodePath string) bool {
 	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/")
 }
-
-// caStem is the CA certificate a kubeconfig trusts.
-var caStem = pki.KubernetesCA.Stem

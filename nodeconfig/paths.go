@@ -14,8 +14,8 @@ import (
 // Paths on the node, as docs/architecture.md fixes them.
 const (
 	NodeFilePath   = nodefile.Path
-	PKIDir         = "/etc/kiln/pki"
-	KubeconfigDir  = "/etc/kiln/kubeconfig"
+	PKIDir         = nodefile.PKIDir
+	KubeconfigDir  = nodefile.KubeconfigDir
 	ZonePath       = "/etc/kiln/discovery.zone"
 	NetworkPath    = "/etc/systemd/network/10-kiln.network"
 	HostnamePath   = "/etc/hostname"

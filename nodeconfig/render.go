@@ -144,7 +144,7 @@ func networkUnit(s *site.Site, n site.Node) []byte {
 // Kubeconfig returns a kubeconfig for server that authenticates with the
 // client certificate stem and trusts the Kubernetes CA, all embedded.
 func Kubeconfig(s *site.Site, st pki.Store, server, stem string) ([]byte, error) {
-	ca, err := st.Cert(caStem)
+	ca, err := st.Cert(pki.KubernetesCA.Stem)
 	if err != nil {
 		return nil, err
 	}

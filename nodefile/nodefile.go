@@ -11,8 +11,13 @@ import (
 	"github.com/kiln-project/kiln/site"
 )
 
-// Path is where the file lives on a node.
-const Path = "/etc/kiln/node.json"
+// Where kiln gen's files land on a node: this file, the node's PKI files
+// and its kubeconfigs. The agent and the manifests read them there.
+const (
+	Path          = "/etc/kiln/node.json"
+	PKIDir        = "/etc/kiln/pki"
+	KubeconfigDir = "/etc/kiln/kubeconfig"
+)
 
 // Kind identifies the document.
 const Kind = "Node"
