@@ -72,16 +72,12 @@ func (st Store) Renew(s *site.Site, within time.Duration) ([]string, error) {
 	backup := filepath.Join(st.Dir, "backup", now.UTC().Format("20060102T150405Z"))
 	var renewed []string
 	for _, l := range Leaves(s) {
-		have, err := st.has(l.Stem)
+		p, have, err := st.lookup(l.Stem)
 		if err != nil {
 			return renewed, err
 		}
 		if !have {
 			continue // kiln gen issues what is missing
-		}
-		p, err := st.Pair(l.Stem)
-		if err != nil {
-			return renewed, err
 		}
 		cert, err := helpers.ParseCertificatePEM(p.Cert)
 		if err != nil {

@@ -77,7 +77,7 @@ func (st Store) Ensure(s *site.Site) ([]string, error) {
 		created = append(created, ServiceAccountKey)
 	}
 	for _, l := range Leaves(s) {
-		have, err := st.has(l.Stem)
+		_, have, err := st.lookup(l.Stem)
 		if err != nil {
 			return created, err
 		}
@@ -92,32 +92,31 @@ func (st Store) Ensure(s *site.Site) ([]string, error) {
 	return created, nil
 }
 
-// has reports whether stem's certificate and key both exist and belong
-// together; one without the other is an error, never silently replaced.
-func (st Store) has(stem string) (bool, error) {
+// lookup returns stem's pair when its certificate and key both exist and
+// belong together; ok is false when neither exists. One without the other
+// is an error, never silently replaced.
+func (st Store) lookup(stem string) (p Pair, ok bool, err error) {
 	_, errC := os.Stat(st.path(stem, ".crt"))
 	_, errK := os.Stat(st.path(stem, ".key"))
 	switch {
 	case errC == nil && errK == nil:
-		if _, err := st.Pair(stem); err != nil {
-			return false, err
-		}
-		return true, nil
+		p, err := st.Pair(stem)
+		return p, err == nil, err
 	case errors.Is(errC, fs.ErrNotExist) && errors.Is(errK, fs.ErrNotExist):
-		return false, nil
+		return Pair{}, false, nil
 	case errC == nil:
-		return false, fmt.Errorf("%s exists but %s does not: restore the key (see %s) or move the certificate away; kiln does not replace half a pair",
+		return Pair{}, false, fmt.Errorf("%s exists but %s does not: restore the key (see %s) or move the certificate away; kiln does not replace half a pair",
 			st.path(stem, ".crt"), st.path(stem, ".key"), filepath.Join(st.Dir, "backup"))
 	case errK == nil:
-		return false, fmt.Errorf("%s exists but %s does not: restore the certificate or move the key away; kiln does not replace half a pair",
+		return Pair{}, false, fmt.Errorf("%s exists but %s does not: restore the certificate or move the key away; kiln does not replace half a pair",
 			st.path(stem, ".key"), st.path(stem, ".crt"))
 	default:
-		return false, fmt.Errorf("%s: %w", stem, errors.Join(errC, errK))
+		return Pair{}, false, fmt.Errorf("%s: %w", stem, errors.Join(errC, errK))
 	}
 }
 
 func (st Store) ensureCA(ca CA, validity time.Duration) (bool, error) {
-	have, err := st.has(ca.Stem)
+	_, have, err := st.lookup(ca.Stem)
 	if err != nil || have {
 		return false, err
 	}
