@@ -17,3 +17,20 @@ func CoreDNSTarget(version string) Target {
 		LDFlags:  []string{fmt.Sprintf("-X github.com/coredns/coredns/coremain.GitCommit=%s", version)},
 	}
 }
+
+// ContainerdTarget is containerd 2.x (daemon, runc shim and ctr), static
+// and without the cgo-only snapshotters. Kubernetes 1.36 and later need
+// containerd 2; Debian bookworm ships 1.6.
+func ContainerdTarget(version string) Target {
+	mod := "github.com/containerd/containerd/v2"
+	return Target{
+		Name: "containerd", Module: mod, Version: version,
+		Packages: []string{mod + "/cmd/containerd", mod + "/cmd/containerd-shim-runc-v2", mod + "/cmd/ctr"},
+		Tags:     []string{"no_btrfs", "no_devmapper", "no_zfs"},
+		LDFlags: []string{
+			fmt.Sprintf("-X %s/version.Version=%s", mod, version),
+			fmt.Sprintf("-X %s/version.Revision=kiln", mod),
+			fmt.Sprintf("-X %s/version.Package=%s", mod, "github.com/containerd/containerd"),
+		},
+	}
+}

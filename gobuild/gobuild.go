@@ -171,3 +171,15 @@ func (b Builder) log() io.Writer {
 	}
 	return b.Log
 }
+
+// DefaultCacheDir is kiln's cache directory, shared by the builder and
+// these builds: $KILN_CACHE, else ~/.cache/kiln.
+func DefaultCacheDir() string {
+	if d := os.Getenv("KILN_CACHE"); d != "" {
+		return d
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".cache", "kiln")
+	}
+	return ".kiln-cache"
+}

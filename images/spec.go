@@ -28,17 +28,18 @@ func Default() []byte { return append([]byte(nil), defaultSpec...) }
 
 // Spec is one image spec document.
 type Spec struct {
-	APIVersion      string   `json:"apiVersion"`
-	Kind            string   `json:"kind"`
-	Metadata        Metadata `json:"metadata"`
-	Base            Base     `json:"base"`
-	Packages        []string `json:"packages"`
-	Kernel          Kernel   `json:"kernel"`
-	Payload         Payload  `json:"payload,omitempty"`
-	Ignition        string   `json:"ignition,omitempty"`
-	Outputs         []Output `json:"outputs"`
-	SourceDateEpoch int64    `json:"sourceDateEpoch"`
-	Squashfs        Squashfs `json:"squashfs"`
+	APIVersion      string      `json:"apiVersion"`
+	Kind            string      `json:"kind"`
+	Metadata        Metadata    `json:"metadata"`
+	Base            Base        `json:"base"`
+	Packages        []string    `json:"packages"`
+	Kernel          Kernel      `json:"kernel"`
+	Payload         Payload     `json:"payload,omitempty"`
+	Components      *Components `json:"components,omitempty"`
+	Ignition        string      `json:"ignition,omitempty"`
+	Outputs         []Output    `json:"outputs"`
+	SourceDateEpoch int64       `json:"sourceDateEpoch"`
+	Squashfs        Squashfs    `json:"squashfs"`
 
 	// Dir is the directory relative paths in the spec are resolved
 	// against (the spec file's directory); Hash is the sha256 of the
@@ -77,6 +78,60 @@ type PayloadFile struct {
 	Source string `json:"source"` // relative path, file:///..., or https://...
 	SHA256 string `json:"sha256"`
 	Mode   string `json:"mode,omitempty"` // octal, default 0644
+}
+
+// Components are the pinned Kubernetes node stack baked into the image:
+// host programs (kubelet, containerd) and the control plane's container
+// images. Each is built from its Go module at Version through the module
+// proxy, unless Binaries name release files (pinned by sha256) for its
+// programs. Images are prebuilt image archives (docker or OCI tar, e.g.
+// official releases) baked as they are; an archive whose repository is
+// named like a component image (kube-apiserver, etcd, ...) replaces the
+// image kiln would pack from the binary.
+type Components struct {
+	Kubernetes Component      `json:"kubernetes"`
+	Etcd       Component      `json:"etcd"`
+	CoreDNS    Component      `json:"coredns"`
+	Containerd Component      `json:"containerd"`
+	Images     []ImageArchive `json:"images,omitempty"`
+}
+
+// Component is one pinned upstream project.
+type Component struct {
+	Version  string   `json:"version"`
+	Binaries []Binary `json:"binaries,omitempty"`
+}
+
+// Binary is one release program of a component.
+type Binary struct {
+	Name   string `json:"name"` // e.g. kubelet
+	Source string `json:"source"`
+	SHA256 string `json:"sha256"`
+}
+
+// ImageArchive is a prebuilt container image archive.
+type ImageArchive struct {
+	Source string `json:"source"`
+	SHA256 string `json:"sha256"`
+}
+
+// Programs each component provides, by name.
+var Programs = map[string][]string{
+	"kubernetes": {"kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"},
+	"etcd":       {"etcd"},
+	"coredns":    {"coredns"},
+	"containerd": {"containerd", "containerd-shim-runc-v2", "ctr"},
+}
+
+// Each returns the components by name, in a fixed order.
+func (c *Components) Each() []NamedComponent {
+	return []NamedComponent{{"kubernetes", c.Kubernetes}, {"etcd", c.Etcd}, {"coredns", c.CoreDNS}, {"containerd", c.Containerd}}
+}
+
+// NamedComponent is a component with its spec key.
+type NamedComponent struct {
+	Name string
+	Component
 }
 
 // Squashfs selects the root filesystem compression.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,7 @@ func (s *Spec) validate(l *validation.List) {
 	s.validateBase(l)
 	s.validatePackages(l)
 	s.validatePayload(l)
+	s.validateComponents(l)
 	s.validateOutputs(l)
 	if s.SourceDateEpoch <= 0 {
 		l.Addf("sourceDateEpoch", "must be a positive Unix time (it fixes every timestamp in the image)")
@@ -120,6 +122,47 @@ func (s *Spec) validatePayload(l *validation.List) {
 			if m, err := strconv.ParseUint(f.Mode, 8, 32); err != nil || m > 0o7777 {
 				l.Addf(p.Field("mode").String(), "%q is not an octal file mode", f.Mode)
 			}
+		}
+	}
+}
+
+var componentVersion = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
+
+func (s *Spec) validateComponents(l *validation.List) {
+	c := s.Components
+	if c == nil {
+		return
+	}
+	for _, nc := range c.Each() {
+		p := validation.Path("components").Field(nc.Name)
+		if !componentVersion.MatchString(nc.Version) {
+			l.Addf(p.Field("version").String(), "%q is not a release version like v1.2.3", nc.Version)
+		}
+		seen := map[string]bool{}
+		for i, b := range nc.Binaries {
+			bp := p.Field("binaries").Index(i)
+			if !slices.Contains(Programs[nc.Name], b.Name) {
+				l.Addf(bp.Field("name").String(), "%q is not a program of %s (its programs: %s)", b.Name, nc.Name, strings.Join(Programs[nc.Name], ", "))
+			}
+			if seen[b.Name] {
+				l.Addf(bp.Field("name").String(), "%q is listed twice", b.Name)
+			}
+			seen[b.Name] = true
+			if err := checkSource(b.Source); err != nil {
+				l.Addf(bp.Field("source").String(), "%v", err)
+			}
+			if !sha256Hex.MatchString(b.SHA256) {
+				l.Addf(bp.Field("sha256").String(), "must be 64 lower-case hex digits")
+			}
+		}
+	}
+	for i, a := range c.Images {
+		p := validation.Path("components.images").Index(i)
+		if err := checkSource(a.Source); err != nil {
+			l.Addf(p.Field("source").String(), "%v", err)
+		}
+		if !sha256Hex.MatchString(a.SHA256) {
+			l.Addf(p.Field("sha256").String(), "must be 64 lower-case hex digits")
 		}
 	}
 }
