@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
 )
 
@@ -41,6 +42,8 @@ type build struct {
 	stage    string // artifacts before they are published
 	kver     string // kernel version found in the root filesystem
 	binaries []FileDigest
+	images   []catalog.Image
+	early    *earlyBuilds
 	epochEnv string
 }
 
@@ -66,6 +69,9 @@ func Build(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer cleanup()
+	ctx, cancel := context.WithCancel(ctx)
+	b.early = startEarlyBuilds(ctx, b)
+	defer func() { cancel(); b.early.wait() }() // a failed step stops the early builds
 	if err := runSteps(ctx, b, pipeline(), opts.Progress, opts.Now); err != nil {
 		return err
 	}
@@ -79,6 +85,7 @@ func pipeline() []step {
 		{name: "base root filesystem", run: (*build).baseRootfs},
 		{name: "configure node", run: (*build).configureNode},
 		{name: "kiln agent", run: (*build).installAgent},
+		{name: "components", run: (*build).installComponents, skip: func(b *build) bool { return b.spec.Components == nil }},
 		{name: "payload", run: (*build).installPayload, skip: func(b *build) bool { return len(b.spec.Payload.Files) == 0 }},
 		{name: "initramfs (dracut)", run: (*build).initramfs},
 		{name: "root squashfs", run: (*build).squashfs},

@@ -108,7 +108,7 @@ func TestFailedBuildLeavesOutputUntouched(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `step "base root filesystem"`) || !strings.Contains(err.Error(), "tool exploded") {
 		t.Fatalf("err = %v, want the failing step named with the tool's error", err)
 	}
-	if !strings.Contains(progress.String(), "[1/11] base root filesystem: failed after") {
+	if !strings.Contains(progress.String(), "[1/12] base root filesystem: failed after") {
 		t.Errorf("progress does not report the failed step:\n%s", progress.String())
 	}
 	entries, _ := os.ReadDir(out)

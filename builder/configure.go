@@ -41,7 +41,9 @@ func nodeFiles() []file {
 			data: "# kiln default: DHCP on every wired NIC. A node's Ignition config may add lower-numbered files.\n[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n"},
 		{path: "/etc/sysctl.d/90-kiln.conf", mode: 0o644,
 			data: "# The kubelet with protectKernelDefaults refuses to start without these.\nvm.overcommit_memory = 1\nkernel.panic = 10\nkernel.panic_on_oops = 1\n" +
-				"net.ipv4.ip_forward = 1\n"},
+				"net.ipv4.ip_forward = 1\n" +
+				"# Pod traffic through the CNI bridge must pass kube-proxy's rules (br_netfilter is loaded first).\n" +
+				"net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"},
 		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
 		{path: "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf", mode: 0o644,
 			data: "# kiln: host keys are made on the node, never baked into the image;\n# make them before Debian's own config check, which needs them.\n[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n"},

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kiln-project/kiln/catalog"
 )
 
 // Manifest says what an image holds. It is written last, next to the
@@ -24,6 +26,7 @@ type Manifest struct {
 	Kernel          string       `json:"kernel"`
 	Packages        []Package    `json:"packages"`
 	Binaries        []FileDigest `json:"binaries"`
+	Images          []catalog.Image `json:"images,omitempty"`
 	Artifacts       []FileDigest `json:"artifacts"`
 }
 
@@ -51,8 +54,15 @@ func (b *build) writeManifest(ctx context.Context) error {
 		return err
 	}
 	bins := append([]FileDigest(nil), b.binaries...)
+	have := map[string]bool{}
+	for _, d := range bins {
+		have[d.Path] = true
+	}
 	cni, _ := filepath.Glob(filepath.Join(b.rootfs, "usr/lib/cni/*"))
 	for _, p := range append(prefixed(b.rootfs, runtimeBinaries), cni...) {
+		if have[strings.TrimPrefix(p, b.rootfs)] {
+			continue // replaced by a component: already listed
+		}
 		d, err := digestFile(p)
 		if err != nil {
 			return fmt.Errorf("manifest: %w", err)
@@ -62,7 +72,7 @@ func (b *build) writeManifest(ctx context.Context) error {
 	}
 	sort.Slice(bins, func(i, j int) bool { return bins[i].Path < bins[j].Path })
 	m := Manifest{Name: b.spec.Metadata.Name, SpecSHA256: b.spec.Hash, SourceDateEpoch: b.spec.SourceDateEpoch,
-		Kernel: b.kver, Packages: pkgs, Binaries: bins}
+		Kernel: b.kver, Packages: pkgs, Binaries: bins, Images: sortedImages(b.images)}
 	if m.Artifacts, err = artifactDigests(b.stage); err != nil {
 		return err
 	}
@@ -151,5 +161,11 @@ func prefixed(root string, paths []string) []string {
 	for i, p := range paths {
 		out[i] = filepath.Join(root, p)
 	}
+	return out
+}
+
+func sortedImages(in []catalog.Image) []catalog.Image {
+	out := append([]catalog.Image(nil), in...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Role < out[j].Role })
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
 )
 
@@ -26,11 +27,7 @@ func TestRebuildIsByteIdentical(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := t.TempDir()
-	cache := os.Getenv("KILN_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "kiln")
-	}
+	cache := gobuild.DefaultCacheDir()
 	opts := Options{Spec: spec, OutDir: again, CacheDir: cache, KilnBinary: bin, Progress: io.Discard}
 	if err := Build(context.Background(), opts); err != nil {
 		t.Fatal(err)

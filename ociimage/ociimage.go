@@ -98,7 +98,7 @@ func Build(s Spec) (v1.Image, error) {
 	cfg.Architecture, cfg.OS = "amd64", "linux"
 	cfg.Created = v1.Time{Time: s.Created}
 	cfg.Config.Entrypoint = s.Entrypoint
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return nil, err
