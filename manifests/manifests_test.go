@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -20,7 +21,8 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 var testImages = Images{
 	Etcd: "kiln.local/etcd:v3.6.5", APIServer: "kiln.local/kube-apiserver:v1.37.1",
 	ControllerManager: "kiln.local/kube-controller-manager:v1.37.1", Scheduler: "kiln.local/kube-scheduler:v1.37.1",
-	CoreDNS: "kiln.local/coredns:v1.15.0", Pause: "kiln.local/pause:3.10",
+	Proxy: "kiln.local/kube-proxy:v1.37.1", CoreDNS: "kiln.local/coredns:v1.15.0",
+	Pause: "kiln.local/pause:0123456789ab", Kiln: "kiln.local/kiln:0123456789ab",
 }
 
 func node(name, role, addr string) nodefile.NodeFile {
@@ -127,5 +129,58 @@ func TestKubeletConfigIsLockedDown(t *testing.T) {
 	}
 	if !strings.HasPrefix(kc.StaticPodPath, "/var/lib/kiln/") {
 		t.Errorf("static pod path %s is not on the state partition", kc.StaticPodPath)
+	}
+}
+
+// The add-ons and containerd's configuration, byte for byte.
+func TestGoldenAddOns(t *testing.T) {
+	addons, err := Marshal(AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][]byte{
+		"addons.golden":          addons,
+		"containerd.toml.golden": []byte(ContainerdConfig(testImages.Pause)),
+	} {
+		golden := filepath.Join("testdata", name)
+		if *update {
+			os.WriteFile(golden, got, 0o644)
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs (go test ./manifests -update, then review the diff): %v", golden, err)
+		}
+	}
+}
+
+// Host-network infrastructure pods resolve through the node-local
+// CoreDNS (they need the discovery name); cluster DNS does not.
+func TestOnlyInfrastructurePodsGetTheNodeLocalResolver(t *testing.T) {
+	for _, o := range AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)) {
+		var spec *corev1.PodSpec
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			spec = &o.Spec.Template.Spec
+		case *appsv1.Deployment:
+			spec = &o.Spec.Template.Spec
+		default:
+			continue
+		}
+		local := spec.DNSConfig != nil && slices.Contains(spec.DNSConfig.Nameservers, "169.254.20.10")
+		if local != spec.HostNetwork {
+			t.Errorf("%s: hostNetwork=%v but node-local resolver=%v", spec.Containers[0].Name, spec.HostNetwork, local)
+		}
+	}
+}
+
+// Every image any manifest uses is one of the images the builder bakes.
+func TestReferencedImages(t *testing.T) {
+	got := ReferencedImages(testImages)
+	slices.Sort(got)
+	want := []string{testImages.CoreDNS, testImages.Etcd, testImages.Kiln, testImages.APIServer, testImages.ControllerManager,
+		testImages.Proxy, testImages.Scheduler, testImages.Pause}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("referenced images %v, want %v", got, want)
 	}
 }

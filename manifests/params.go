@@ -29,7 +29,7 @@ const (
 // Images are the references of the container images baked into the node
 // image, as containerd knows them after import.
 type Images struct {
-	Etcd, APIServer, ControllerManager, Scheduler, CoreDNS, Pause string
+	Etcd, APIServer, ControllerManager, Scheduler, Proxy, CoreDNS, Pause, Kiln string
 }
 
 // Params is everything the manifests are rendered from.
@@ -55,3 +55,15 @@ func GenesisParams(n nodefile.NodeFile, img Images) Params {
 
 func pki(name string) string        { return PKIDir + "/" + name }
 func kubeconfig(name string) string { return KubeconfigDir + "/" + name + ".conf" }
+
+// sampleNode is a genesis node with every field set: what the builder
+// renders the manifests for to list the images they reference.
+func sampleNode() nodefile.NodeFile {
+	return nodefile.NodeFile{
+		Name: "sample", Role: "genesis", Address: "192.0.2.10",
+		Cluster: nodefile.ClusterParams{Name: "sample", Domain: "cluster.local", PodCIDR: "10.244.0.0/16",
+			ServiceCIDR: "10.96.0.0/12", ClusterDNS: "10.96.0.10", APIServerPort: 6443,
+			DiscoveryName: "kube-apiserver.kiln.internal", NodeLocalDNS: "169.254.20.10"},
+		Masters: []nodefile.Member{{Name: "sample", Address: "192.0.2.10"}},
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kiln-project/kiln/discovery"
 )
 
 // arg is one command-line flag of a component; a list keeps the order
@@ -162,6 +164,10 @@ func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1
 		Spec: corev1.PodSpec{
 			HostNetwork:       true,
 			PriorityClassName: "system-node-critical",
+			// The components reach the apiservers through the discovery
+			// name, which only the node-local CoreDNS answers.
+			DNSPolicy: corev1.DNSNone,
+			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}},
 			SecurityContext:   &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
 				Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,

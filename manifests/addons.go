@@ -1,0 +1,287 @@
+package manifests
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kiln-project/kiln/discovery"
+)
+
+// Labels the add-ons and anchors select nodes by.
+const (
+	MasterLabel = "node-role.kubernetes.io/control-plane"
+	RoleLabel   = "kiln.dev/role"
+	FieldOwner  = "kiln"
+	saDir       = "/var/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// AddOns are the cluster objects the genesis node installs once the
+// apiserver answers, in the order they are applied:
+//   - kiln-net, the CNI: a DaemonSet of the kiln image that writes each
+//     node's bridge + host-local conflist from the pod CIDR the
+//     controller-manager gave the Node (the reference plugins baked into
+//     the image do the work; no overlay, since kiln's nodes share L2);
+//   - kube-proxy (iptables mode, the node's nft-backed iptables);
+//   - cluster DNS: CoreDNS answering cluster.local at the clusterDNS address;
+//   - the anchors (see Anchors).
+//
+// The infrastructure pods (kiln-net, kube-proxy) run on the host network
+// and resolve the apiserver's discovery name through the node-local
+// CoreDNS; ordinary pods never get that resolver.
+func AddOns(p Params) []runtime.Object {
+	var objs []runtime.Object
+	objs = append(objs, kilnNet(p)...)
+	objs = append(objs, kubeProxy(p)...)
+	objs = append(objs, clusterDNS(p)...)
+	return append(objs, Anchors(p)...)
+}
+
+// Marshal renders objects as one multi-document YAML stream.
+func Marshal(objs []runtime.Object) ([]byte, error) {
+	var out []byte
+	for _, o := range objs {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, "---\n"...), data...)
+	}
+	return out, nil
+}
+
+func meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/managed-by": "kiln", "k8s-app": name}}
+}
+
+func typeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+func serviceAccount(name string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: meta(name)}
+}
+
+// clusterMeta is meta for cluster-scoped RBAC objects, whose names
+// (kiln:net) are not label values.
+func clusterMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "kiln"}}
+}
+
+func clusterRoleBinding(name, role, sa string) *rbacv1.ClusterRoleBinding {
+	m := clusterMeta(name)
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: m,
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: "kube-system"}},
+	}
+}
+
+func clusterRole(name string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	m := clusterMeta(name)
+	return &rbacv1.ClusterRole{TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: m, Rules: rules}
+}
+
+// nodeLocalDNS is the resolver of host-network infrastructure pods: the
+// node-local CoreDNS, which knows the discovery name.
+func nodeLocalDNS(p Params) (corev1.DNSPolicy, *corev1.PodDNSConfig) {
+	return corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}}
+}
+
+// daemonSet is a host-network, node-critical DaemonSet that tolerates
+// every taint (it is what makes a node usable).
+func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) *appsv1.DaemonSet {
+	policy, dnsConfig := nodeLocalDNS(p)
+	labels := map[string]string{"k8s-app": name}
+	return &appsv1.DaemonSet{
+		TypeMeta: typeMeta("apps/v1", "DaemonSet"), ObjectMeta: meta(name),
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: sa, HostNetwork: true, DNSPolicy: policy, DNSConfig: dnsConfig,
+					PriorityClassName: "system-node-critical",
+					Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						SecurityContext: &corev1.SecurityContext{Privileged: &privileged},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func hostMount(spec *corev1.PodSpec, name, path string, readOnly bool, kind corev1.HostPathType) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{
+		Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}},
+	})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+}
+
+// CNIConfDir is where kiln-net writes the node's conflist.
+const CNIConfDir = "/etc/cni/net.d"
+
+func kilnNet(p Params) []runtime.Object {
+	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{"/kiln", "net", "--server", apiServerURL(p)}, false)
+	hostMount(&ds.Spec.Template.Spec, "cni", CNIConfDir, false, corev1.HostPathDirectoryOrCreate)
+	return []runtime.Object{
+		serviceAccount("kiln-net"),
+		clusterRole("kiln:net", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}),
+		clusterRoleBinding("kiln:net", "kiln:net", "kiln-net"),
+		ds,
+	}
+}
+
+func apiServerURL(p Params) string {
+	return fmt.Sprintf("https://%s:%d", p.Node.Cluster.DiscoveryName, p.Node.Cluster.APIServerPort)
+}
+
+// kubeProxyKubeconfig points kube-proxy at the discovery name with its
+// service account token: the service VIP does not work before kube-proxy does.
+func kubeProxyKubeconfig(p Params) string {
+	cfg := clientcmdapi.Config{
+		APIVersion: "v1", Kind: "Config",
+		Clusters:       []clientcmdapi.NamedCluster{{Name: "kiln", Cluster: clientcmdapi.Cluster{Server: apiServerURL(p), CertificateAuthority: saDir + "/ca.crt"}}},
+		AuthInfos:      []clientcmdapi.NamedAuthInfo{{Name: "kube-proxy", AuthInfo: clientcmdapi.AuthInfo{TokenFile: saDir + "/token"}}},
+		Contexts:       []clientcmdapi.NamedContext{{Name: "kiln", Context: clientcmdapi.Context{Cluster: "kiln", AuthInfo: "kube-proxy"}}},
+		CurrentContext: "kiln",
+	}
+	data, _ := yaml.Marshal(cfg)
+	return string(data)
+}
+
+func kubeProxy(p Params) []runtime.Object {
+	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("kube-proxy"),
+		Data: map[string]string{"kubeconfig.conf": kubeProxyKubeconfig(p)}}
+	ds := daemonSet(p, "kube-proxy", "kube-proxy", p.Images.Proxy, []string{
+		"/usr/local/bin/kube-proxy", "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
+		"--cluster-cidr=" + p.Node.Cluster.PodCIDR, "--hostname-override=$(NODE_NAME)", "--proxy-mode=iptables",
+	}, true)
+	spec := &ds.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "kube-proxy", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-proxy"}}}})
+	spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "kube-proxy", MountPath: "/var/lib/kube-proxy"})
+	hostMount(spec, "xtables-lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate)
+	hostMount(spec, "lib-modules", "/lib/modules", true, corev1.HostPathDirectory)
+	return []runtime.Object{
+		serviceAccount("kube-proxy"),
+		clusterRoleBinding("kiln:kube-proxy", "system:node-proxier", "kube-proxy"),
+		cm, ds,
+	}
+}
+
+// ClusterCorefile is the cluster DNS configuration.
+func ClusterCorefile(p Params) string {
+	c := p.Node.Cluster
+	fwd := "" // air-gapped: a site with no resolvers answers cluster names only
+	if len(c.UpstreamDNS) > 0 {
+		fwd = "    forward . " + strings.Join(c.UpstreamDNS, " ") + "\n    loop\n"
+	}
+	return fmt.Sprintf(`.:53 {
+    errors
+    health
+    ready
+    kubernetes %s in-addr.arpa ip6.arpa {
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+%s    cache 30
+    reload
+}
+`, c.Domain, fwd)
+}
+
+func clusterDNS(p Params) []runtime.Object {
+	labels := map[string]string{"k8s-app": "kube-dns"}
+	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("coredns"),
+		Data: map[string]string{"Corefile": ClusterCorefile(p)}}
+	one := int32(1)
+	dep := &appsv1.Deployment{
+		TypeMeta: typeMeta("apps/v1", "Deployment"), ObjectMeta: meta("coredns"),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: "coredns", DNSPolicy: corev1.DNSDefault,
+					PriorityClassName: "system-cluster-critical",
+					Tolerations: []corev1.Toleration{{Key: MasterLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "coredns", Image: p.Images.CoreDNS, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"/coredns", "-conf", "/etc/coredns/Corefile"},
+						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 5},
+						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
+							Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}}},
+					}},
+					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "coredns"}}}}},
+				},
+			},
+		},
+	}
+	svc := &corev1.Service{
+		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: meta("kube-dns"),
+		Spec: corev1.ServiceSpec{
+			ClusterIP: p.Node.Cluster.ClusterDNS, Selector: labels,
+			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)}},
+		},
+	}
+	return []runtime.Object{
+		serviceAccount("coredns"),
+		clusterRole("system:coredns", []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		}),
+		clusterRoleBinding("system:coredns", "system:coredns", "coredns"),
+		cm, dep, svc,
+	}
+}
+
+// ReferencedImages lists every container image any manifest kiln renders
+// uses, for every role: what the builder checks against the baked images.
+func ReferencedImages(img Images) []string {
+	p := GenesisParams(sampleNode(), img)
+	seen := map[string]bool{}
+	var out []string
+	add := func(spec corev1.PodSpec) {
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if !seen[c.Image] {
+				seen[c.Image] = true
+				out = append(out, c.Image)
+			}
+		}
+	}
+	for _, pod := range append(ControlPlane(p), NodeLocalDNS(p)) {
+		add(pod.Spec)
+	}
+	for _, o := range AddOns(p) {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			add(o.Spec.Template.Spec)
+		case *appsv1.Deployment:
+			add(o.Spec.Template.Spec)
+		}
+	}
+	out = append(out, img.Pause) // the sandbox of every pod, named in the containerd config
+	return out
+}

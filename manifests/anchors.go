@@ -1,0 +1,51 @@
+package manifests
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// AnchoredComponents are the control-plane components an anchor keeps on
+// every master, and DiscoveryAnchor the one that keeps the zone.
+var AnchoredComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+const DiscoveryAnchor = "discovery"
+
+// CatalogDir is the image's catalog directory, which anchors read.
+const CatalogDir = "/usr/lib/kiln"
+
+// Anchors are one DaemonSet per anchored component on the masters (by
+// label), and the discovery anchor on every node. An anchor pod only
+// keeps files; its preStop hook, run when the pod is deleted through the
+// API (never on a power cut), moves the component's manifest to a backup
+// directory, bounded by the grace period.
+func Anchors(p Params) []runtime.Object {
+	objs := []runtime.Object{
+		serviceAccount("kiln-anchor"),
+		clusterRole("kiln:anchor", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"get", "list", "watch"}}}),
+		clusterRoleBinding("kiln:anchor", "kiln:anchor", "kiln-anchor"),
+	}
+	for _, c := range AnchoredComponents {
+		ds := anchorDaemonSet(p, c)
+		spec := &ds.Spec.Template.Spec
+		spec.NodeSelector = map[string]string{MasterLabel: ""}
+		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{"/kiln", "anchor", "--component", c, "--cleanup", "--timeout", "20s"}}}}
+		objs = append(objs, ds)
+	}
+	return append(objs, anchorDaemonSet(p, DiscoveryAnchor))
+}
+
+func anchorDaemonSet(p Params, component string) *appsv1.DaemonSet {
+	ds := daemonSet(p, "kiln-anchor-"+component, "kiln-anchor", p.Images.Kiln,
+		[]string{"/kiln", "anchor", "--component", component, "--server", apiServerURL(p)}, false)
+	grace := int64(30)
+	spec := &ds.Spec.Template.Spec
+	spec.TerminationGracePeriodSeconds = &grace
+	hostMount(spec, "state", "/var/lib/kiln", false, corev1.HostPathDirectory)
+	hostMount(spec, "etc-kiln", "/etc/kiln", true, corev1.HostPathDirectory)
+	hostMount(spec, "catalog", CatalogDir, true, corev1.HostPathDirectory)
+	return ds
+}
