@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/kiln-project/kiln/builder"
+	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/validation"
 	"github.com/spf13/cobra"
@@ -76,12 +76,4 @@ func runBuild(ctx context.Context, opts builder.Options) error {
 	return nil
 }
 
-func defaultCacheDir() string {
-	if d := os.Getenv("KILN_CACHE"); d != "" {
-		return d
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".cache", "kiln")
-	}
-	return ".kiln-cache"
-}
+func defaultCacheDir() string { return gobuild.DefaultCacheDir() }

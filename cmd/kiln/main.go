@@ -64,5 +64,10 @@ func subcommands() []*cobra.Command {
 		newGenCmd(),
 		newPKICmd(),
 		newFirstbootCmd(),
+		newImagesCmd(),
+		newNetCmd(),
+		newAnchorCmd(),
+		newCheckCmd(),
+		newPauseCmd(),
 	}
 }

@@ -1,0 +1,157 @@
+// Package anchor keeps a control-plane component anchored on a master:
+// the anchor DaemonSet's pod (kiln anchor --component <name>) renders the
+// component's static pod from the node file and the image's catalog and
+// keeps it in the kubelet's static pod directory on the state partition,
+// so the kubelet runs it even when no apiserver answers. Its cleanup (the
+// pod's preStop hook, run only when the pod is deleted through the API,
+// never on a power cut) is bounded in time and moves the manifest to a
+// backup directory instead of deleting it.
+//
+// The discovery anchor keeps the node-local CoreDNS zone current from the
+// kubernetes Endpoints: only ready apiservers are listed there, so an
+// unhealthy one drops out of the answer.
+package anchor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+// Components are the anchored control-plane components, and Discovery
+// the zone anchor.
+var Components = manifests.AnchoredComponents
+
+const Discovery = manifests.DiscoveryAnchor
+
+// BackupDir is where cleanup moves an anchored manifest.
+const BackupDir = "/var/lib/kiln/manifests-backup"
+
+// Host is the anchored node's filesystem, seen from the anchor's pod.
+type Host struct {
+	Root string // where the host paths are mounted ("" or "/" in the pod)
+	Log  func(format string, args ...any)
+}
+
+func (h Host) path(p string) string { return filepath.Join(h.Root, p) }
+
+// Render returns the component's static pod for this node.
+func (h Host) Render(component string) ([]byte, error) {
+	f, err := nodefile.Read(h.path(nodefile.Path))
+	if err != nil {
+		return nil, err
+	}
+	cat, err := catalog.Read(h.path(catalog.Path))
+	if err != nil {
+		return nil, err
+	}
+	p := manifests.Params{Node: *f, Images: cat.Manifests(), EtcdClusterState: "existing"}
+	// An anchored etcd member restarts on its data directory; the
+	// initial-cluster flags are only read on an empty one.
+	p.EtcdInitialCluster = fmt.Sprintf("%s=https://%s:2380", f.Name, f.Address)
+	if f.Role == "genesis" {
+		p = manifests.GenesisParams(*f, cat.Manifests())
+	}
+	for _, pod := range manifests.ControlPlane(p) {
+		if pod.Name == component {
+			return yaml.Marshal(pod)
+		}
+	}
+	return nil, fmt.Errorf("no anchored component %q (anchored: %v)", component, Components)
+}
+
+// Keep writes the component's manifest when it differs from what is on
+// the host, atomically. It reports whether it wrote.
+func (h Host) Keep(component string) (bool, error) {
+	want, err := h.Render(component)
+	if err != nil {
+		return false, err
+	}
+	p := h.path(filepath.Join(manifests.StaticPodDir, component+".yaml"))
+	if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, want) {
+		return false, nil
+	}
+	return true, fsutil.WriteFile(p, want, 0o644, nil)
+}
+
+// Cleanup moves the component's manifest to the backup directory, so the
+// kubelet stops the component and the file can be restored by hand.
+func (h Host) Cleanup(ctx context.Context, component string, now time.Time) error {
+	src := h.path(filepath.Join(manifests.StaticPodDir, component+".yaml"))
+	if _, err := os.Stat(src); os.IsNotExist(err) {
+		return nil
+	}
+	dst := h.path(filepath.Join(BackupDir, fmt.Sprintf("%s.yaml.%s", component, now.UTC().Format("20060102T150405Z"))))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		if err := os.Rename(src, dst); err != nil {
+			done <- err
+			return
+		}
+		if err := fsutil.SyncDir(filepath.Dir(dst)); err != nil {
+			done <- err
+			return
+		}
+		done <- fsutil.SyncDir(filepath.Dir(src))
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("cleanup of %s: %w", component, ctx.Err())
+	}
+}
+
+// ZoneFrom returns the discovery zone listing the ready addresses of the
+// kubernetes Endpoints; ok is false when there are none (the zone on
+// disk is then kept: an empty answer would cut every node off).
+func ZoneFrom(ep *corev1.Endpoints, name string, serial uint32) (discovery.Zone, bool) {
+	z := discovery.Zone{Name: name, Serial: serial}
+	for _, s := range ep.Subsets {
+		for _, a := range s.Addresses {
+			if ip, err := netip.ParseAddr(a.IP); err == nil && !slices.Contains(z.APIServers, ip) {
+				z.APIServers = append(z.APIServers, ip)
+			}
+		}
+	}
+	return z, len(z.APIServers) > 0
+}
+
+// KeepZone writes the zone when its records differ from the live zone's.
+func (h Host) KeepZone(z discovery.Zone) (bool, error) {
+	p := h.path(manifests.ZoneFile)
+	if have, err := os.ReadFile(p); err == nil {
+		if bytes.Equal(withoutSOA(have), withoutSOA(z.Render())) {
+			return false, nil
+		}
+	}
+	return true, fsutil.WriteFile(p, z.Render(), 0o644, nil)
+}
+
+// withoutSOA drops the SOA line, whose serial changes on every render.
+func withoutSOA(zone []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(zone, []byte("\n")) {
+		if !bytes.Contains(l, []byte("\tSOA\t")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}

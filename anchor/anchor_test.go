@@ -1,0 +1,115 @@
+package anchor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/manifests"
+)
+
+const nodeJSON = `{"apiVersion":"kiln.dev/v1alpha1","kind":"Node","name":"m1","role":"genesis","address":"10.0.0.2",
+"cluster":{"domain":"cluster.local","podCIDR":"10.244.0.0/16","serviceCIDR":"10.96.0.0/12","apiServerPort":6443,"discoveryName":"api.kiln.internal"},
+"masters":[{"name":"m1","address":"10.0.0.2"}]}`
+
+func host(t *testing.T) Host {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc/kiln"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/kiln/node.json"), []byte(nodeJSON), 0o644)
+	cat := &catalog.Catalog{}
+	for _, r := range catalog.Roles {
+		cat.Images = append(cat.Images, catalog.Image{Role: r, Ref: "kiln.local/" + r + ":1"})
+	}
+	data, _ := cat.Marshal()
+	os.MkdirAll(filepath.Join(root, filepath.Dir(catalog.Path)), 0o755)
+	os.WriteFile(filepath.Join(root, catalog.Path), data, 0o644)
+	return Host{Root: root, Log: t.Logf}
+}
+
+// An anchor writes a missing or changed manifest and leaves a current one alone.
+func TestKeepWritesOnlyWhatDiffers(t *testing.T) {
+	h := host(t)
+	p := filepath.Join(h.Root, manifests.StaticPodDir, "kube-apiserver.yaml")
+	for i, tc := range []struct {
+		before    func()
+		wantWrite bool
+	}{
+		{func() {}, true},
+		{func() {}, false},
+		{func() { os.WriteFile(p, []byte("edited by hand"), 0o644) }, true},
+		{func() { os.Remove(p) }, true},
+	} {
+		tc.before()
+		wrote, err := h.Keep("kube-apiserver")
+		if err != nil || wrote != tc.wantWrite {
+			t.Errorf("step %d: wrote=%v err=%v, want wrote=%v", i, wrote, err, tc.wantWrite)
+		}
+	}
+	data, _ := os.ReadFile(p)
+	if !strings.Contains(string(data), "image: kiln.local/kube-apiserver:1") {
+		t.Errorf("manifest: %s", data)
+	}
+	if _, err := h.Keep("kube-proxy"); err == nil {
+		t.Error("an unanchored component was accepted")
+	}
+}
+
+func TestCleanupMovesToBackup(t *testing.T) {
+	h := host(t)
+	h.Keep("etcd")
+	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	if err := h.Cleanup(context.Background(), "etcd", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml")); !os.IsNotExist(err) {
+		t.Errorf("the manifest is still in the static pod directory (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Root, BackupDir, "etcd.yaml.20261123T080000Z")); err != nil {
+		t.Errorf("no backup: %v", err)
+	}
+	if err := h.Cleanup(context.Background(), "etcd", now); err != nil {
+		t.Errorf("a second cleanup: %v", err)
+	}
+}
+
+func TestZoneFollowsReadyEndpointsAndNeverEmpties(t *testing.T) {
+	h := host(t)
+	ep := func(ips ...string) *corev1.Endpoints {
+		e := &corev1.Endpoints{Subsets: []corev1.EndpointSubset{{}}}
+		for _, ip := range ips {
+			e.Subsets[0].Addresses = append(e.Subsets[0].Addresses, corev1.EndpointAddress{IP: ip})
+		}
+		return e
+	}
+	for i, tc := range []struct {
+		ep        *corev1.Endpoints
+		ok, wrote bool
+		has       []string
+	}{
+		{ep("10.0.0.2", "10.0.0.3"), true, true, []string{"10.0.0.2", "10.0.0.3"}},
+		{ep("10.0.0.3", "10.0.0.2"), true, false, []string{"10.0.0.2", "10.0.0.3"}}, // same set: no rewrite
+		{ep("10.0.0.2"), true, true, []string{"10.0.0.2"}},                          // an unhealthy one dropped
+		{ep(), false, false, []string{"10.0.0.2"}},                                  // none ready: zone kept
+	} {
+		z, ok := ZoneFrom(tc.ep, "api.kiln.internal", uint32(i+1))
+		if ok != tc.ok {
+			t.Fatalf("step %d: ok=%v", i, ok)
+		}
+		if ok {
+			wrote, err := h.KeepZone(z)
+			if err != nil || wrote != tc.wrote {
+				t.Errorf("step %d: wrote=%v err=%v", i, wrote, err)
+			}
+		}
+		zone, _ := os.ReadFile(filepath.Join(h.Root, manifests.ZoneFile))
+		if got := strings.Count(string(zone), "@\tIN\tA\t"); got != len(tc.has) {
+			t.Errorf("step %d: %d A records, want %v:\n%s", i, got, tc.has, zone)
+		}
+	}
+}

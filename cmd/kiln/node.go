@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kiln-project/kiln/anchor"
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/firstboot"
+	"github.com/kiln-project/kiln/kilnnet"
+	"github.com/kiln-project/kiln/manifests"
+)
+
+// The subcommands below run on nodes: in the image's units and in the
+// kiln container image.
+
+func newRoleCmd() *cobra.Command {
+	var root string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "role",
+		Short: "Make this node what /etc/kiln/node.json says (run by kiln-role.service)",
+		Long: `Do the node's role, after kiln firstboot applied its config.
+
+genesis: refuse if etcd already answers at another master of the site; write the
+control plane's static pods (on the state partition), the node-local CoreDNS and
+the kubelet config; start the kubelet; wait for the apiserver through the
+discovery name; apply the add-ons (kiln-net CNI, kube-proxy, cluster DNS) by
+server-side apply; label the node; validate with a pod that resolves the
+kubernetes service and whose logs are read back. Later boots let the kubelet
+restore the control plane from the persisted manifests and wait for Ready.
+
+worker: write the kubelet config and node-local DNS and start the kubelet.
+
+Ends with "kiln-firstboot: done role=<role>" or "kiln-firstboot: error: ...".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := firstboot.RunRole(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{}, wait); err != nil {
+				os.Exit(exitFailure)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Minute, "bound on each wait for the cluster (apiserver, node Ready, validation pod)")
+	return cmd
+}
+
+func newImagesCmd() *cobra.Command {
+	images := &cobra.Command{Use: "images", Short: "The container images baked into this node image"}
+	var root string
+	imp := &cobra.Command{
+		Use:   "import",
+		Short: "Import the baked image archives into containerd (run by kiln-images.service)",
+		Long: `Import every archive listed in /usr/lib/kiln/images.json into containerd's
+k8s.io namespace, skipping those imported before (containerd's store is on the
+state partition).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat, err := catalog.Read(root + catalog.Path)
+			if err != nil {
+				return err
+			}
+			return cat.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout())
+		},
+	}
+	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
+	images.AddCommand(imp)
+	return images
+}
+
+func newNetCmd() *cobra.Command {
+	var server, dir string
+	cmd := &cobra.Command{
+		Use:   "net",
+		Short: "kiln-net: keep this node's CNI configuration matching its pod CIDR (DaemonSet)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			node := os.Getenv("NODE_NAME")
+			if node == "" {
+				return usageError{fmt.Errorf("NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)")}
+			}
+			kube, err := inClusterVia(server)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
+			return kilnnet.Run(ctx, kube, node, dir, 30*time.Second, logf)
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name)")
+	cmd.Flags().StringVar(&dir, "conf-dir", manifests.CNIConfDir, "CNI configuration directory")
+	cmd.MarkFlagRequired("server")
+	return cmd
+}
+
+func newCheckCmd() *cobra.Command {
+	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster"}
+	var retry time.Duration
+	dns := &cobra.Command{
+		Use:   "dns NAME",
+		Short: "Resolve NAME with the pod's resolver and print the addresses",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			deadline := time.Now().Add(retry)
+			for {
+				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+				addrs, err := net.DefaultResolver.LookupHost(ctx, args[0])
+				cancel()
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("resolving %s: %w", args[0], err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "resolving %s: %v (retrying)\n", args[0], err)
+				time.Sleep(2 * time.Second)
+			}
+		},
+	}
+	dns.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
+	check.AddCommand(dns)
+	return check
+}
+
+// newPauseCmd is the sandbox process of every pod (the pause image is
+// the kiln binary): it sleeps, reaps orphans, and exits on a signal.
+func newPauseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "pause",
+		Short:  "Hold a pod's namespaces (the pod sandbox process)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+			for s := range sigs {
+				if s != syscall.SIGCHLD {
+					return nil
+				}
+				for {
+					var ws unix.WaitStatus
+					if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 || err != nil {
+						break
+					}
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func newAnchorCmd() *cobra.Command {
+	var component, server, root string
+	var cleanup bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "anchor --component NAME",
+		Short: "Keep a control-plane component's static pod (or the discovery zone) on this master (anchor DaemonSets)",
+		Long: `Keep a component anchored on this node, from the anchor DaemonSet's pod.
+
+--component etcd|kube-apiserver|kube-controller-manager|kube-scheduler renders
+the component's static pod from /etc/kiln/node.json and the image's catalog and
+keeps it in the kubelet's static pod directory (atomic writes), so the kubelet
+runs it with no apiserver. With --cleanup (the pod's preStop hook) it moves the
+manifest to /var/lib/kiln/manifests-backup, within --timeout.
+
+--component discovery keeps the node-local CoreDNS zone listing the ready
+apiservers from the kubernetes Endpoints; it never writes an empty zone.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
+			h := anchor.Host{Root: root, Log: logf}
+			if cleanup {
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				return h.Cleanup(ctx, component, time.Now())
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var kube kubernetes.Interface
+			if component == anchor.Discovery {
+				var err error
+				if kube, err = inClusterVia(server); err != nil {
+					return err
+				}
+			}
+			return h.Run(ctx, component, kube, 30*time.Second)
+		},
+	}
+	cmd.Flags().StringVar(&component, "component", "", "the anchored component")
+	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor")
+	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
+	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the component's manifest to the backup directory and exit (preStop)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")
+	cmd.MarkFlagRequired("component")
+	return cmd
+}
+
+// inClusterVia is the pod's service account, talking to the apiserver
+// through the discovery name (the service VIP needs kube-proxy).
+func inClusterVia(server string) (kubernetes.Interface, error) {
+	if server == "" {
+		return nil, usageError{fmt.Errorf("--server is required")}
+	}
+	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+	return kubernetes.NewForConfig(&rest.Config{Host: server, BearerTokenFile: sa + "/token",
+		TLSClientConfig: rest.TLSClientConfig{CAFile: sa + "/ca.crt"}, Timeout: 30 * time.Second})
+}
