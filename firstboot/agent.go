@@ -172,6 +172,14 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	a.step("config applied")
+	if touchesNetwork(v.plan) {
+		// networkd configured the links before the config arrived; a
+		// reload re-applies every link whose .network file changed.
+		if _, err := a.Sys.Run(ctx, "networkctl", "reload"); err != nil {
+			return fmt.Errorf("reloading systemd-networkd for the config's network files: %w", err)
+		}
+		a.step("network configuration reloaded")
+	}
 	if err := os.Remove(stamp); err != nil {
 		return err
 	}
@@ -203,3 +211,13 @@ func (a *Agent) console(format string, args ...any) {
 func (a *Agent) logf(format string, args ...any) { a.console(format, args...) }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// touchesNetwork reports whether the plan writes systemd-networkd files.
+func touchesNetwork(p *ignite.Plan) bool {
+	for _, f := range p.Files {
+		if strings.HasPrefix(f.Path, "/etc/systemd/network/") {
+			return true
+		}
+	}
+	return false
+}

@@ -139,3 +139,31 @@ func keys(m map[string]bool) []string {
 	}
 	return out
 }
+
+// networkd configured the links before the config arrived: a config that
+// writes .network files gets them applied; one that does not, no reload.
+func TestNetworkFilesReloadNetworkd(t *testing.T) {
+	for _, tc := range []struct {
+		name, path string
+		reload     bool
+	}{
+		{"network file", "/etc/systemd/network/10-kiln.network", true},
+		{"other file", "/etc/motd", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"`+tc.path+`","contents":{"source":"data:,x"}}]}}`)
+			sys := &fakeSys{}
+			var out bytes.Buffer
+			if err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background()); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			got := false
+			for _, c := range sys.cmds {
+				got = got || c == "networkctl reload"
+			}
+			if got != tc.reload {
+				t.Errorf("networkctl reload run: %v, want %v (commands %v)", got, tc.reload, sys.cmds)
+			}
+		})
+	}
+}

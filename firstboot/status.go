@@ -1,22 +1,24 @@
 package firstboot
 
-import (
-	"encoding/json"
-	"path/filepath"
-
-	"github.com/kiln-project/kiln/firstboot/fsutil"
-)
-
 // Status is /run/kiln/status.json: what the agent is doing or did.
 type Status struct {
-	State     string   `json:"state"` // running, waiting, done, error
-	Source    string   `json:"source,omitempty"`
-	BootID    string   `json:"bootID"`
-	FirstBoot bool     `json:"firstBoot"`
-	Resumed   bool     `json:"resumed,omitempty"` // a previous first boot died half way
-	Error     string   `json:"error,omitempty"`
-	Report    []string `json:"report,omitempty"`
-	Steps     []string `json:"steps,omitempty"`
+	State     string      `json:"state"` // running, waiting, done, error
+	Source    string      `json:"source,omitempty"`
+	BootID    string      `json:"bootID"`
+	FirstBoot bool        `json:"firstBoot"`
+	Resumed   bool        `json:"resumed,omitempty"` // a previous first boot died half way
+	Error     string      `json:"error,omitempty"`
+	Report    []string    `json:"report,omitempty"`
+	Steps     []string    `json:"steps,omitempty"`
+	Role      *RoleStatus `json:"role,omitempty"`
+}
+
+// RoleStatus is the role step's part of the status (kiln-role.service).
+type RoleStatus struct {
+	Name     string `json:"name"`
+	State    string `json:"state"` // running, done, error
+	Restored bool   `json:"restored,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 const (
@@ -24,9 +26,4 @@ const (
 	firstBootFlag = "/run/kiln/first-boot"
 )
 
-func (a *Agent) writeStatus() {
-	data, _ := json.MarshalIndent(a.status, "", "  ")
-	if err := fsutil.WriteFile(filepath.Join(a.Root, statusPath), append(data, '\n'), 0o644, nil); err != nil {
-		a.logf("could not write %s: %v", statusPath, err)
-	}
-}
+func (a *Agent) writeStatus() { writeStatusFile(a.Root, a.status, a.logf) }

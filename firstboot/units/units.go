@@ -1,8 +1,11 @@
-// Package units holds the systemd units that run the kiln agent on a node.
-// The builder installs them into the image; the agent owns their content.
+// Package units holds the systemd units of the kiln node: the agent
+// (kiln-firstboot: config; kiln-role: the node's role), the image import
+// and the kubelet. The builder installs them into the image and enables
+// those with an [Install] section; the agent starts the kubelet itself.
 package units
 
 import (
+	"bytes"
 	"embed"
 	"io/fs"
 	"sort"
@@ -24,7 +27,7 @@ func All() []Unit {
 	var out []Unit
 	for _, e := range entries {
 		b, _ := files.ReadFile(e.Name())
-		out = append(out, Unit{Name: e.Name(), Contents: b, Enabled: true})
+		out = append(out, Unit{Name: e.Name(), Contents: b, Enabled: bytes.Contains(b, []byte("\n[Install]\n"))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

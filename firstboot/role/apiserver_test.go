@@ -1,0 +1,156 @@
+package role
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+// Against a real etcd and kube-apiserver (the binaries the default image
+// bakes, from the component cache) started on the host with the genesis
+// node's own certificates and the apiserver's static-pod flags: every
+// add-on object applies by server-side apply, twice (the second is a
+// no-op), and the node label patch is accepted. Runs with
+// KILN_INTEGRATION=1 after make image filled the cache.
+func TestAddOnsApplyToARealAPIServer(t *testing.T) {
+	if os.Getenv("KILN_INTEGRATION") != "1" {
+		t.Skip("set KILN_INTEGRATION=1 (make integration) to run etcd and kube-apiserver on the host")
+	}
+	root, _ := nodeRoot(t, "g1")
+	n := &Node{Root: root, Log: t.Logf}
+	loaded, err := loadFiles(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.file, n.cat = loaded.file, loaded.cat
+	bins := componentBinaries(t)
+	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	pki := func(f string) string { return filepath.Join(root, nodefile.PKIDir, f) }
+	start(t, "etcd", bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort), "--advertise-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
+		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
+	// The apiserver as its static pod runs it, on the test's ports and paths.
+	cmd := manifests.APIServer(n.params()).Spec.Containers[0].Command
+	var args []string
+	for _, a := range cmd[1:] {
+		a = strings.ReplaceAll(a, nodefile.PKIDir, filepath.Join(root, nodefile.PKIDir))
+		switch {
+		case strings.HasPrefix(a, "--etcd-servers="):
+			a = fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", etcdPort)
+		case strings.HasPrefix(a, "--secure-port="):
+			a = fmt.Sprintf("--secure-port=%d", apiPort)
+		}
+		args = append(args, a)
+	}
+	start(t, "kube-apiserver", bins["kube-apiserver"], append(args, "--bind-address=127.0.0.1")...)
+
+	kc, err := clientcmd.LoadFromFile(filepath.Join(root, nodefile.KubeconfigDir, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.TLSServerName, _, _ = net.SplitHostPort(strings.TrimPrefix(c.Server, "https://"))
+		c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newCluster(rc, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.waitHealthy(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := c.applyAddOns(ctx, n.params()); err != nil {
+			t.Fatalf("apply %d: %v", i+1, err)
+		}
+	}
+	ds, err := c.kube.AppsV1().DaemonSets("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil || len(ds.Items) != 7 { // kiln-net, kube-proxy, 4 anchors, discovery anchor
+		t.Fatalf("DaemonSets: %d, %v", len(ds.Items), err)
+	}
+	svc, err := c.kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != n.file.Cluster.ClusterDNS {
+		t.Fatalf("kube-dns service: %v %v", svc, err)
+	}
+}
+
+func componentBinaries(t *testing.T) map[string]string {
+	spec, err := images.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := gobuild.DefaultCacheDir()
+	ctx := context.Background()
+	b := gobuild.Builder{CacheDir: cache}
+	etcd, err := b.Build(ctx, gobuild.EtcdTarget(spec.Components.Etcd.Version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goMod, err := gobuild.ModuleGoMod(ctx, "k8s.io/kubernetes", spec.Components.Kubernetes.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kt, err := gobuild.KubernetesTarget(spec.Components.Kubernetes.Version, goMod, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := b.Build(ctx, kt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"etcd": etcd["etcd"], "kube-apiserver": kube["kube-apiserver"]}
+}
+
+func start(t *testing.T, name, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			data, _ := os.ReadFile(logf.Name())
+			if len(data) > 3000 {
+				data = data[len(data)-3000:]
+			}
+			t.Logf("%s log tail:\n%s", name, data)
+		}
+	})
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,165 @@
+// Package role makes a configured node what its node file says: the
+// genesis node (a new control plane), or a worker. It runs after the
+// agent applied the node's Ignition config, every boot: a node's files are
+// re-rendered from the node file and the image's catalog, the kubelet is
+// started, and the one-shot steps (bootstrap, add-ons, validation) run
+// only until their stamp says they finished.
+package role
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+// Runner runs host commands (systemctl).
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// Node is the role's view of the machine.
+type Node struct {
+	Root string
+	Sys  Runner
+	Log  func(format string, args ...any)
+	// Wait bounds each wait for the cluster (apiserver, Ready, a pod).
+	Wait time.Duration
+	// EtcdPort is where other masters' etcd is probed; 0 means 2379.
+	EtcdPort int
+
+	file *nodefile.NodeFile
+	cat  *catalog.Catalog
+}
+
+// StampDir holds the one-shot steps' stamps, on the state partition.
+const StampDir = "/var/lib/kiln/stamps"
+
+// Result is what the role reports on its final line.
+type Result struct {
+	Role     string
+	Restored bool // the control plane came back from persisted manifests
+}
+
+// Run does the node's role.
+func (n *Node) Run(ctx context.Context) (Result, error) {
+	loaded, err := loadFiles(n)
+	if err != nil {
+		return Result{}, err
+	}
+	n.file, n.cat = loaded.file, loaded.cat
+	res := Result{Role: n.file.Role}
+	switch n.file.Role {
+	case "genesis":
+		res.Restored, err = n.genesis(ctx)
+	case "worker":
+		err = n.startNode(ctx, n.params())
+	default:
+		err = fmt.Errorf("role %s: joining masters is not implemented in this kiln yet; boot a genesis node or workers", n.file.Role)
+	}
+	return res, err
+}
+
+type loaded struct {
+	file *nodefile.NodeFile
+	cat  *catalog.Catalog
+}
+
+// loadFiles reads the node file (from the config) and the catalog (from
+// the image).
+func loadFiles(n *Node) (loaded, error) {
+	f, err := nodefile.Read(n.path(nodefile.Path))
+	if err != nil {
+		return loaded{}, err
+	}
+	c, err := catalog.Read(n.path(catalog.Path))
+	if err != nil {
+		return loaded{}, err
+	}
+	return loaded{f, c}, nil
+}
+
+func (n *Node) params() manifests.Params {
+	if n.file.Role == "genesis" {
+		return manifests.GenesisParams(*n.file, n.cat.Manifests())
+	}
+	return manifests.Params{Node: *n.file, Images: n.cat.Manifests()}
+}
+
+// startNode writes the node's files (kubelet config and environment,
+// static pods, node-local DNS, the host resolver) and starts the kubelet.
+func (n *Node) startNode(ctx context.Context, p manifests.Params) error {
+	files, err := manifests.Files(p)
+	if err != nil {
+		return err
+	}
+	files = append(files,
+		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(fmt.Sprintf("KUBELET_ARGS=--node-ip=%s --hostname-override=%s\n", n.file.Address, n.file.Name))},
+		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
+	)
+	for _, f := range files {
+		if err := fsutil.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Path, err)
+		}
+	}
+	if err := n.seedZone(); err != nil {
+		return err
+	}
+	n.Log("node files written: kubelet config, %d static pod(s), node-local DNS at %s", countPods(files), discovery.NodeLocalAddress)
+	if _, err := n.Sys.Run(ctx, "systemctl", "start", "--no-block", "kubelet.service"); err != nil {
+		return fmt.Errorf("starting the kubelet: %w", err)
+	}
+	n.Log("kubelet started (images are imported into containerd first)")
+	return nil
+}
+
+// seedZone puts the zone kiln gen wrote into the live zone file, unless
+// the CoreDNS anchor already keeps a newer one there.
+func (n *Node) seedZone() error {
+	live := n.path(manifests.ZoneFile)
+	if _, err := os.Stat(live); err == nil {
+		return nil
+	}
+	seed, err := os.ReadFile(n.path("/etc/kiln/discovery.zone"))
+	if err != nil {
+		return fmt.Errorf("the discovery zone kiln gen seeds: %w", err)
+	}
+	return fsutil.WriteFile(live, seed, 0o644, nil)
+}
+
+// hostResolvConf sends the host's lookups to the node-local CoreDNS,
+// which answers the discovery name and forwards the rest.
+const hostResolvConf = "# written by kiln: the node-local CoreDNS answers the apiserver name and forwards the rest\nnameserver " +
+	discovery.NodeLocalAddress + "\noptions timeout:2 attempts:3\n"
+
+func countPods(files []manifests.File) int {
+	c := 0
+	for _, f := range files {
+		if filepath.Dir(f.Path) == manifests.StaticPodDir {
+			c++
+		}
+	}
+	return c
+}
+
+func (n *Node) path(p string) string { return filepath.Join(n.Root, p) }
+
+func (n *Node) stamped(name string) bool {
+	_, err := os.Stat(n.path(filepath.Join(StampDir, name)))
+	return err == nil
+}
+
+func (n *Node) stamp(name string) error {
+	return fsutil.WriteFile(n.path(filepath.Join(StampDir, name)), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
+}
+
+// errRefused marks a bootstrap refused because a cluster already exists.
+var errRefused = errors.New("refusing to bootstrap")

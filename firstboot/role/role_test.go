@@ -1,0 +1,189 @@
+package role
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+const testSite = `apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster: {name: t, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
+nodes:
+  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+  - {name: m2, role: master, macs: ["52:54:00:00:00:02"], network: {address: 10.0.2.51/24, gateway: 10.0.2.2}}
+  - {name: w1, role: worker, macs: ["52:54:00:00:00:03"], network: {address: 10.0.2.52/24, gateway: 10.0.2.2}}
+`
+
+// nodeRoot lays out a node as kiln gen's config and the image leave it:
+// the config's files under root, and a catalog.
+func nodeRoot(t *testing.T, name string) (root string, files map[string][]byte) {
+	t.Helper()
+	s, err := site.Parse("site.yaml", []byte(testSite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := pki.Store{Dir: filepath.Join(t.TempDir(), "pki")}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	files = map[string][]byte{}
+	for _, n := range s.Nodes {
+		data, err := nodeconfig.Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			Storage struct {
+				Files []struct {
+					Path     string
+					Contents struct{ Source string }
+				}
+			}
+		}
+		json.Unmarshal(data, &cfg)
+		for _, f := range cfg.Storage.Files {
+			b, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(f.Contents.Source, "data:;base64,"))
+			files[n.Name+":"+f.Path] = b
+		}
+	}
+	root = t.TempDir()
+	for k, b := range files {
+		node, p, _ := strings.Cut(k, ":")
+		if node == name {
+			os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+			os.WriteFile(filepath.Join(root, p), b, 0o600)
+		}
+	}
+	cat := &catalog.Catalog{}
+	for _, r := range catalog.Roles {
+		cat.Images = append(cat.Images, catalog.Image{Role: r, Ref: "kiln.local/" + r + ":1", Digest: "sha256:00", Archive: "/usr/lib/kiln/images/" + r + ".tar"})
+	}
+	data, _ := cat.Marshal()
+	os.MkdirAll(filepath.Join(root, filepath.Dir(catalog.Path)), 0o755)
+	os.WriteFile(filepath.Join(root, catalog.Path), data, 0o644)
+	return root, files
+}
+
+type recorder struct{ calls []string }
+
+func (r *recorder) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	r.calls = append(r.calls, name+" "+strings.Join(args, " "))
+	return nil, nil
+}
+
+// etcdAt serves TLS with m2's etcd server certificate, as m2's etcd would.
+func etcdAt(t *testing.T, files map[string][]byte) int {
+	pair, err := tls.X509KeyPair(files["m2:/etc/kiln/pki/etcd-server.crt"], files["m2:/etc/kiln/pki/etcd-server.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// pointMastersAtLoopback rewrites the node file so m2 is 127.0.0.1, where
+// the test's listener is.
+func pointMastersAtLoopback(t *testing.T, root string) {
+	p := filepath.Join(root, "/etc/kiln/node.json")
+	data, _ := os.ReadFile(p)
+	os.WriteFile(p, []byte(strings.ReplaceAll(string(data), `"10.0.2.51"`, `"127.0.0.1"`)), 0o644)
+}
+
+func TestGenesisRefusesWhenAnotherMastersEtcdAnswers(t *testing.T) {
+	root, files := nodeRoot(t, "g1")
+	pointMastersAtLoopback(t, root)
+	sys := &recorder{}
+	var log []string
+	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, files),
+		Log: func(f string, a ...any) { log = append(log, f) }}
+	_, err := n.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "refusing to bootstrap: etcd already answers at master m2 (127.0.0.1:") {
+		t.Fatalf("got %v, want the refusal", err)
+	}
+	if len(sys.calls) != 0 {
+		t.Errorf("a refusing node ran %v", sys.calls)
+	}
+	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir)); !os.IsNotExist(err) {
+		t.Errorf("a refusing node wrote static pods (%v)", err)
+	}
+}
+
+func TestGenesisProceedsWhenNoEtcdAnswers(t *testing.T) {
+	root, _ := nodeRoot(t, "g1")
+	pointMastersAtLoopback(t, root)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close() // nothing listens there now
+	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: port, Log: func(string, ...any) {}}
+	n.file, n.cat = mustLoad(t, n)
+	if err := n.refuseIfClusterExists(context.Background()); err != nil {
+		t.Fatalf("no etcd answers, yet: %v", err)
+	}
+}
+
+func mustLoad(t *testing.T, n *Node) (*nodefile.NodeFile, *catalog.Catalog) {
+	t.Helper()
+	res, err := loadFiles(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.file, res.cat
+}
+
+func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
+	root, _ := nodeRoot(t, "w1")
+	sys := &recorder{}
+	n := &Node{Root: root, Sys: sys, Wait: time.Second, Log: func(string, ...any) {}}
+	res, err := n.Run(context.Background())
+	if err != nil || res.Role != "worker" {
+		t.Fatalf("worker: %+v %v", res, err)
+	}
+	for _, p := range []string{"/etc/kiln/kubelet.yaml", "/etc/kiln/kubelet.env", manifests.StaticPodDir + "/kiln-node-dns.yaml", manifests.ZoneFile, manifests.CorefilePath} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir, "etcd.yaml")); err == nil {
+		t.Error("a worker got an etcd static pod")
+	}
+	resolv, _ := os.ReadFile(filepath.Join(root, "/etc/resolv.conf"))
+	if !strings.Contains(string(resolv), "nameserver 169.254.20.10") {
+		t.Errorf("host resolv.conf: %q", resolv)
+	}
+	env, _ := os.ReadFile(filepath.Join(root, "/etc/kiln/kubelet.env"))
+	if !strings.Contains(string(env), "--node-ip=10.0.2.52 --hostname-override=w1") {
+		t.Errorf("kubelet.env: %q", env)
+	}
+	if len(sys.calls) != 1 || sys.calls[0] != "systemctl start --no-block kubelet.service" {
+		t.Errorf("commands: %v", sys.calls)
+	}
+}
