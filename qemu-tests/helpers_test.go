@@ -119,3 +119,5 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+func mustRe(s string) *regexp.Regexp { return regexp.MustCompile(s) }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make bench: build the default image if out/ has none, then measure build
-# and boot times with kiln-bench into bench/results.md. Takes 30-45 min
-# under TCG; set SKIP_COLD=1 to leave out the cold (empty cache) build.
+# and boot times with kiln-bench into bench/results.md. Takes about an hour
+# under TCG; set SKIP_COLD=1 to leave out the cold (empty cache) build, and
+# ONLY=genesis (or builds,floor,sizes,boots) to run a part into
+# bench/results-<parts>.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -11,4 +13,5 @@ if [[ ! -f "$OUT/node.manifest.json" ]]; then
 fi
 args=(-kiln bin/kiln -out "$OUT" -results bench/results.md)
 [[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
+[[ -n "${ONLY:-}" ]] && args=(-kiln bin/kiln -out "$OUT" -only "$ONLY" -results "bench/results-${ONLY//,/-}.md")
 exec go run ./qemu-tests/cmd/kiln-bench "${args[@]}"

@@ -46,9 +46,11 @@ type Config struct {
 	Boot      Boot
 	ISO       string
 	Disks     []Disk
-	Ignition  []byte // passed as fw_cfg opt/com.coreos/config; nil: none
-	TFTPDir   string // PXE: QEMU serves this over TFTP
-	BootFile  string // PXE: the file the DHCP answer names
+	Ignition  []byte   // passed as fw_cfg opt/com.coreos/config; nil: none
+	MAC       string   // the NIC's address; "" is QEMU's default 52:54:00:12:34:56
+	HostFwd   []string // user-net forwards, e.g. tcp:127.0.0.1:16443-10.0.2.50:6443
+	TFTPDir   string   // PXE: QEMU serves this over TFTP
+	BootFile  string   // PXE: the file the DHCP answer names
 	MemoryMiB int
 	CPUs      int
 	KVM       bool
@@ -86,6 +88,12 @@ func (c Config) Args(n int) []string {
 	nic := "user,model=virtio-net-pci"
 	if c.Boot == BootPXE {
 		nic += ",tftp=" + c.TFTPDir + ",bootfile=" + c.BootFile
+	}
+	if c.MAC != "" {
+		nic += ",mac=" + c.MAC
+	}
+	for _, f := range c.HostFwd {
+		nic += ",hostfwd=" + f
 	}
 	args = append(args, "-nic", nic)
 	for _, d := range c.Disks {

@@ -35,7 +35,7 @@ func benchBuilds(ctx context.Context, o options, work string, r *report) error {
 		if err != nil {
 			return err
 		}
-		r.add("Build", head, row{"cold (empty cache: debootstrap, apt downloads)", secs(d), "", "includes downloading every .deb"})
+		r.add("Build", head, row{"cold (empty kiln cache: debootstrap, apt downloads, component builds)", secs(d), "", "includes downloading every .deb; the Go module and build caches stay warm, so the Kubernetes/etcd/CoreDNS/containerd builds mostly link (cold Go caches: see README)"})
 		os.RemoveAll(filepath.Join(work, "out-cold"))
 		os.RemoveAll(filepath.Join(work, "cold-cache"))
 	}

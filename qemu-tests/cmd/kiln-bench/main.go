@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,6 +22,7 @@ func main() {
 	flag.StringVar(&opts.cache, "cache", os.Getenv("KILN_CACHE"), "the warm cache; the cold build uses an empty one")
 	flag.StringVar(&opts.results, "results", "bench/results.md", "where the figures go")
 	flag.BoolVar(&opts.skipCold, "skip-cold", false, "skip the cold build (it downloads every package again)")
+	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis")
 	flag.Parse()
 	if err := run(context.Background(), opts); err != nil {
 		fmt.Fprintln(os.Stderr, "kiln-bench:", err)
@@ -28,8 +31,8 @@ func main() {
 }
 
 type options struct {
-	kiln, out, cache, results string
-	skipCold                  bool
+	kiln, out, cache, results, only string
+	skipCold                        bool
 }
 
 func run(ctx context.Context, o options) error {
@@ -39,10 +42,16 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(work)
 	r := &report{started: time.Now()}
-	for _, m := range []func(context.Context, options, string, *report) error{
-		benchBuilds, benchFloor, benchSizes, benchBoots,
+	for _, m := range []struct {
+		name string
+		run  func(context.Context, options, string, *report) error
+	}{
+		{"builds", benchBuilds}, {"floor", benchFloor}, {"sizes", benchSizes}, {"boots", benchBoots}, {"genesis", benchGenesis},
 	} {
-		if err := m(ctx, o, work, r); err != nil {
+		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), m.name) {
+			continue
+		}
+		if err := m.run(ctx, o, work, r); err != nil {
 			return err
 		}
 		if err := r.write(o.results); err != nil { // keep what is measured so far

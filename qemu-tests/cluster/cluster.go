@@ -1,0 +1,241 @@
+// Package cluster is what the QEMU genesis scenarios and kiln-bench share
+// to make a site's configs and to look at the cluster from the host: a
+// client through hostfwd on 127.0.0.1 with the admin kubeconfig, and the
+// checks (node Ready, kube-system Running, a DNS check pod).
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+// GenesisMAC is the genesis node's NIC: its static address is matched by it.
+const GenesisMAC = "52:54:00:00:00:01"
+
+// GenesisSite is a one-master cluster inside QEMU's user network (the
+// genesis node at 10.0.2.50). With a second master, that master is at the
+// host's address as the guest sees it (10.0.2.2).
+func GenesisSite(withSecondMaster bool) string {
+	s := `apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster:
+  name: qemu
+  kubernetesVersion: v1.37.1
+  podCIDR: 10.244.0.0/16
+  serviceCIDR: 10.96.0.0/12
+nodes:
+  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+`
+	if withSecondMaster {
+		s += "  - {name: m2, role: master, macs: [\"52:54:00:00:00:02\"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}\n"
+	}
+	return s
+}
+
+// Configs renders every node's Ignition config of a site with a fresh PKI
+// in pkiDir.
+func Configs(siteYAML, pkiDir string) (map[string][]byte, error) {
+	s, err := site.Parse("qemu-site.yaml", []byte(siteYAML))
+	if err != nil {
+		return nil, err
+	}
+	st := pki.Store{Dir: pkiDir}
+	if _, err := st.Ensure(s); err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, n := range s.Nodes {
+		if out[n.Name], err = nodeconfig.Render(s, st, n); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// File reads one file's contents out of a rendered Ignition config.
+func File(cfg []byte, path string) ([]byte, error) {
+	var c struct {
+		Storage struct {
+			Files []struct {
+				Path     string
+				Contents struct{ Source string }
+			}
+		}
+	}
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		return nil, err
+	}
+	for _, f := range c.Storage.Files {
+		if f.Path == path {
+			return base64.StdEncoding.DecodeString(strings.TrimPrefix(f.Contents.Source, "data:;base64,"))
+		}
+	}
+	return nil, fmt.Errorf("the config has no %s", path)
+}
+
+// HostClient reaches a VM's apiserver through hostfwd on 127.0.0.1:port
+// with the admin kubeconfig of cfg, checking the apiserver's certificate
+// for the discovery name.
+func HostClient(cfg []byte, port int) (kubernetes.Interface, error) {
+	data, err := File(cfg, "/etc/kiln/kubeconfig/admin.conf")
+	if err != nil {
+		return nil, err
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range kc.Clusters {
+		c.TLSServerName, _, _ = net.SplitHostPort(strings.TrimPrefix(c.Server, "https://"))
+		c.Server = fmt.Sprintf("https://127.0.0.1:%d", port)
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	rc.Timeout = 20 * time.Second
+	return kubernetes.NewForConfig(rc)
+}
+
+// FreePort is a free TCP port on 127.0.0.1 for a hostfwd.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Healthy is nil when the apiserver's /readyz says ok.
+func Healthy(ctx context.Context, kube kubernetes.Interface) error {
+	body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(body)) != "ok" {
+		return fmt.Errorf("readyz: %s", body)
+	}
+	return nil
+}
+
+// NodeReady is nil when the node's Ready condition is True and its
+// kubelet reported it at since or later (a power-cut node's stored
+// condition stays Ready until the node controller notices).
+func NodeReady(ctx context.Context, kube kubernetes.Interface, name string, since time.Time) error {
+	n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since) {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s is not Ready", name)
+}
+
+// KubeSystemRunning is nil when every kube-system pod is Running and
+// there are at least min of them.
+func KubeSystemRunning(ctx context.Context, kube kubernetes.Interface, min int) error {
+	pods, err := kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			bad = append(bad, p.Name+"="+string(p.Status.Phase))
+		}
+	}
+	if len(pods.Items) < min || len(bad) > 0 {
+		return fmt.Errorf("%d kube-system pods (want at least %d), not running: %v", len(pods.Items), min, bad)
+	}
+	return nil
+}
+
+// DNSCheck runs the kiln image's DNS check in a pod, waits for it to end,
+// and returns its logs.
+func DNSCheck(ctx context.Context, kube kubernetes.Interface, image, name string) (string, error) {
+	pods := kube.CoreV1().Pods("default")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "qemu-dns-check-"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "dns", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/kiln", "check", "dns", "--retry", "60s", name}}}},
+	}
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	err = Eventually(ctx, 5*time.Minute, func() error {
+		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	logs, err := pods.GetLogs(created.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	return string(logs), err
+}
+
+// Eventually retries check every 3 s until it passes or bound runs out,
+// returning its last error.
+func Eventually(ctx context.Context, bound time.Duration, check func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", bound, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+// KilnImage is the kiln image's reference, from an image's manifest.
+func KilnImage(outDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(outDir, "node.manifest.json"))
+	if err != nil {
+		return "", err
+	}
+	var m struct{ Images []struct{ Role, Ref string } }
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "", err
+	}
+	for _, im := range m.Images {
+		if im.Role == "kiln" {
+			return im.Ref, nil
+		}
+	}
+	return "", fmt.Errorf("%s lists no kiln image: the image was built without components", filepath.Join(outDir, "node.manifest.json"))
+}
