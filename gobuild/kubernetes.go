@@ -35,7 +35,7 @@ func KubernetesTarget(version string, goMod []byte, buildDate string) (Target, e
 	if len(replace) == 0 {
 		return Target{}, fmt.Errorf("kubernetes %s: its go.mod lists no staging modules", version)
 	}
-	t := Target{Name: "kubernetes", Module: "k8s.io/kubernetes", Version: version, Replace: replace}
+	t := Target{Name: "kubernetes", Module: "k8s.io/kubernetes", Version: version, Replace: replace, Cold: "~15 min, half of it module downloads"}
 	for _, c := range KubernetesCommands {
 		t.Packages = append(t.Packages, "k8s.io/kubernetes/cmd/"+c)
 	}
