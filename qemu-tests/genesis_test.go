@@ -57,7 +57,7 @@ func checkCluster(t *testing.T, kube kubernetes.Interface, image string, since t
 	t.Helper()
 	ctx := context.Background()
 	eventually(t, "node g1 Ready", 5*time.Minute, func() error { return cluster.NodeReady(ctx, kube, "g1", since) })
-	eventually(t, "every kube-system pod Running", 10*time.Minute, func() error { return cluster.KubeSystemRunning(ctx, kube, kubeSystemPods) })
+	eventually(t, "every kube-system pod Running", 10*time.Minute, func() error { return cluster.KubeSystemRunning(ctx, kube, kubeSystemPods, since) })
 	logs, err := cluster.DNSCheck(ctx, kube, image, serviceName)
 	if err != nil || !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
 		t.Fatalf("DNS check pod: %v, logs %q", err, logs)
@@ -97,6 +97,11 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the cluster when the test failed:\n%s", cluster.Describe(context.Background(), kube))
+		}
+	})
 	checkCluster(t, kube, image, time.Time{})
 
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survives-power-cut"}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
