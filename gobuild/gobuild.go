@@ -158,6 +158,12 @@ func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 	return b.run(ctx, dir, "mod", "tidy")
 }
 
+// fetchParallelism is how many modules go mod fetches at once. The go
+// command sizes its download queue by GOMAXPROCS, two on a 2-core
+// machine, and fetching is bound by the proxy's latency, not the CPU:
+// measured here, CoreDNS's 257 MB of modules took 76 s at 2 and 23 s at 16.
+const fetchParallelism = "16"
+
 func (b Builder) run(ctx context.Context, dir string, args ...string) error {
 	goCmd := b.Go
 	if goCmd == "" {
@@ -166,6 +172,9 @@ func (b Builder) run(ctx context.Context, dir string, args ...string) error {
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if args[0] == "mod" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+fetchParallelism)
+	}
 	cmd.Stdout, cmd.Stderr = b.log(), b.log()
 	return cmd.Run()
 }
