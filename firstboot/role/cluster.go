@@ -252,9 +252,15 @@ func (c *cluster) validate(ctx context.Context, image, domain string, bound time
 	if phase != corev1.PodSucceeded || !strings.Contains(string(logs), "resolved "+name) {
 		return fmt.Errorf("validation pod %s: %s", phase, oneLine(fmt.Errorf("%s", logs)))
 	}
-	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, strings.TrimSpace(string(logs)))
+	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, lastLine(string(logs)))
 	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil
+}
+
+// lastLine is a log's final line: the check's answer, after any retries.
+func lastLine(logs string) string {
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	return lines[len(lines)-1]
 }
