@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -132,15 +133,26 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 }
 
 // withDockerProbe adds a unit that loads the baked kiln image into Docker
-// (beside containerd 2, which the kubelet uses) and runs it.
+// (beside containerd 2, which the kubelet uses) and runs it, printing the
+// result and, on failure, Docker's last words to the console.
 func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
 	var c map[string]any
 	if err := json.Unmarshal(cfg, &c); err != nil {
 		t.Fatal(err)
 	}
-	run := "docker load -i /usr/lib/kiln/images/kiln.tar >/dev/null && docker run --rm --network none " + image + " --version | grep -q kiln"
+	script := "#!/bin/sh\nout=$( (docker load -i /usr/lib/kiln/images/kiln.tar && docker run --rm --network none " + image +
+		" --version) 2>&1 )\nif echo \"$out\" | grep -q '^kiln version'; then r=ok; else r=failed; fi\n" +
+		"echo \"probe: docker=$r\" > /dev/ttyS0\n[ $r = ok ] || echo \"$out\" | tail -3 > /dev/ttyS0\n"
 	unit := "[Unit]\nAfter=docker.service kiln-role.service\nRequires=docker.service\n[Service]\nType=oneshot\n" +
-		"ExecStart=/bin/sh -c '(" + run + ") && r=ok || r=failed; echo \"probe: docker=$r\" > /dev/ttyS0'\n[Install]\nWantedBy=multi-user.target\n"
+		"ExecStart=/bin/sh /var/lib/kiln/docker-probe.sh\n[Install]\nWantedBy=multi-user.target\n"
+	storage, _ := c["storage"].(map[string]any)
+	if storage == nil {
+		storage = map[string]any{}
+	}
+	files, _ := storage["files"].([]any)
+	storage["files"] = append(files, map[string]any{"path": "/var/lib/kiln/docker-probe.sh", "mode": 0o755,
+		"contents": map[string]any{"source": "data:;base64," + base64.StdEncoding.EncodeToString([]byte(script))}})
+	c["storage"] = storage
 	sd, _ := c["systemd"].(map[string]any)
 	if sd == nil {
 		sd = map[string]any{}
