@@ -12,6 +12,6 @@ if [[ ! -f "$OUT/node.manifest.json" ]]; then
 	./bin/kiln build -o "$OUT"
 fi
 args=(-kiln bin/kiln -out "$OUT" -results bench/results.md)
-[[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
 [[ -n "${ONLY:-}" ]] && args=(-kiln bin/kiln -out "$OUT" -only "$ONLY" -results "bench/results-${ONLY//,/-}.md")
+[[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
 exec go run ./qemu-tests/cmd/kiln-bench "${args[@]}"
