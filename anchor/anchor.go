@@ -27,7 +27,7 @@ import (
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -85,7 +85,7 @@ func (h Host) Keep(component string) (bool, error) {
 	if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, want) {
 		return false, nil
 	}
-	return true, fsutil.WriteFile(p, want, 0o644, nil)
+	return true, atomicfile.WriteFile(p, want, 0o644, nil)
 }
 
 // Cleanup moves the component's manifest to the backup directory, so the
@@ -105,11 +105,11 @@ func (h Host) Cleanup(ctx context.Context, component string, now time.Time) erro
 			done <- err
 			return
 		}
-		if err := fsutil.SyncDir(filepath.Dir(dst)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
 			done <- err
 			return
 		}
-		done <- fsutil.SyncDir(filepath.Dir(src))
+		done <- atomicfile.SyncDir(filepath.Dir(src))
 	}()
 	select {
 	case err := <-done:
@@ -142,7 +142,7 @@ func (h Host) KeepZone(z discovery.Zone) (bool, error) {
 			return false, nil
 		}
 	}
-	return true, fsutil.WriteFile(p, z.Render(), 0o644, nil)
+	return true, atomicfile.WriteFile(p, z.Render(), 0o644, nil)
 }
 
 // withoutSOA drops the SOA line, whose serial changes on every render.

@@ -20,14 +20,14 @@ import (
 // Manifest says what an image holds. It is written last, next to the
 // artifacts it describes, and is byte-stable for the same inputs.
 type Manifest struct {
-	Name            string       `json:"name"`
-	SpecSHA256      string       `json:"specSHA256"`
-	SourceDateEpoch int64        `json:"sourceDateEpoch"`
-	Kernel          string       `json:"kernel"`
-	Packages        []Package    `json:"packages"`
-	Binaries        []FileDigest `json:"binaries"`
+	Name            string          `json:"name"`
+	SpecSHA256      string          `json:"specSHA256"`
+	SourceDateEpoch int64           `json:"sourceDateEpoch"`
+	Kernel          string          `json:"kernel"`
+	Packages        []Package       `json:"packages"`
+	Binaries        []FileDigest    `json:"binaries"`
 	Images          []catalog.Image `json:"images,omitempty"`
-	Artifacts       []FileDigest `json:"artifacts"`
+	Artifacts       []FileDigest    `json:"artifacts"`
 }
 
 // Package is one installed Debian package.

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // Artifact names: tests and users rely on them.
@@ -41,7 +41,7 @@ func publish(stage, out string, names []string) error {
 		if fi, err := os.Stat(src); err != nil {
 			return fmt.Errorf("publishing %s: %w", name, err)
 		} else if fi.IsDir() {
-			if err := fsutil.ReplaceDir(src, dst); err != nil {
+			if err := atomicfile.ReplaceDir(src, dst); err != nil {
 				return fmt.Errorf("publishing %s: %w", name, err)
 			}
 			continue
@@ -50,7 +50,7 @@ func publish(stage, out string, names []string) error {
 			return fmt.Errorf("publishing %s: %w", name, err)
 		}
 	}
-	return fsutil.SyncDir(out)
+	return atomicfile.SyncDir(out)
 }
 
 // removeStale deletes leftovers of an interrupted build: directories in dir

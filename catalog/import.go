@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // Runner runs ctr on the node.
@@ -44,7 +44,7 @@ func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Wr
 		if _, err := ctr.Run(ctx, "ctr", "-n", Namespace, "images", "import", filepath.Join(root, im.Archive)); err != nil {
 			return fmt.Errorf("importing %s from %s: %w", im.Ref, im.Archive, err)
 		}
-		if err := fsutil.WriteFile(stamp, []byte(im.Ref+"\n"), 0o644, nil); err != nil {
+		if err := atomicfile.WriteFile(stamp, []byte(im.Ref+"\n"), 0o644, nil); err != nil {
 			return err
 		}
 		fmt.Fprintf(log, "imported %s (%s) in %s\n", im.Ref, im.Digest, time.Since(start).Round(time.Millisecond))

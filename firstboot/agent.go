@@ -15,10 +15,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
 	"github.com/kiln-project/kiln/firstboot/ignite"
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/firstboot/state"
+	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // System is everything the agent needs from the node besides files.
@@ -100,8 +101,8 @@ type validated struct {
 // validate parses the config, prints its report when it is broken, and
 // resolves every content: nothing is written before this passes.
 func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
-	cfg, report, err := ignite.Parse(raw)
-	var inv *ignite.InvalidError
+	cfg, report, err := ignition.Parse(raw)
+	var inv *ignition.InvalidError
 	if errors.As(err, &inv) {
 		a.status.Report = inv.Report
 		for _, line := range inv.Report {
@@ -129,7 +130,7 @@ func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
 // keeps its state in RAM, so every boot of it is a first boot.
 func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignitionConfig) (bool, error) {
 	a.status.FirstBoot = true
-	if err := fsutil.WriteFile(filepath.Join(a.Root, firstBootFlag), nil, 0o644, nil); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(a.Root, firstBootFlag), nil, 0o644, nil); err != nil {
 		return false, err
 	}
 	target, ok, err := st.TargetFor(ctx, cfg)
@@ -160,12 +161,12 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		a.step("the previous boot did not finish applying its config (%s); applying again", strings.TrimSpace(string(old)))
 	}
 	if haveState && name != source.State {
-		if err := fsutil.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
 			return fmt.Errorf("storing the config on the state partition: %w", err)
 		}
 		a.step("config stored on the state partition")
 	}
-	if err := fsutil.WriteFile(stamp, []byte("boot "+a.status.BootID+"\n"), 0o644, nil); err != nil {
+	if err := atomicfile.WriteFile(stamp, []byte("boot "+a.status.BootID+"\n"), 0o644, nil); err != nil {
 		return err
 	}
 	if err := a.applier().Apply(ctx, v.plan); err != nil {
@@ -183,7 +184,7 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 	if err := os.Remove(stamp); err != nil {
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(stamp))
+	return atomicfile.SyncDir(filepath.Dir(stamp))
 }
 
 func (a *Agent) applier() *ignite.Applier {

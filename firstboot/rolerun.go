@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
 	"github.com/kiln-project/kiln/firstboot/role"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -59,7 +59,7 @@ func readStatus(root string) Status {
 
 func writeStatusFile(root string, st Status, logf func(string, ...any)) {
 	data, _ := json.MarshalIndent(st, "", "  ")
-	if err := fsutil.WriteFile(filepath.Join(root, statusPath), append(data, '\n'), 0o644, nil); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(root, statusPath), append(data, '\n'), 0o644, nil); err != nil {
 		logf("could not write %s: %v", statusPath, err)
 	}
 }

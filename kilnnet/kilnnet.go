@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // ConfName is the conflist kiln-net owns in the CNI configuration directory.
@@ -60,7 +60,7 @@ func Run(ctx context.Context, kube kubernetes.Interface, node, dir string, inter
 				return err
 			}
 			if !bytes.Equal(conf, written) {
-				if err := fsutil.WriteFile(filepath.Join(dir, ConfName), conf, 0o644, nil); err != nil {
+				if err := atomicfile.WriteFile(filepath.Join(dir, ConfName), conf, 0o644, nil); err != nil {
 					return fmt.Errorf("writing the CNI configuration: %w", err)
 				}
 				written = conf
@@ -74,4 +74,3 @@ func Run(ctx context.Context, kube kubernetes.Interface, node, dir string, inter
 		}
 	}
 }
-

@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -51,7 +51,7 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 			return res, err
 		}
 		rel := filepath.Join(NodesDir, n.Name+".ign")
-		if err := fsutil.WriteFile(filepath.Join(stage, rel), data, 0o600, nil); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(stage, rel), data, 0o600, nil); err != nil {
 			return res, err
 		}
 		res.Nodes = append(res.Nodes, filepath.Join(out, rel))
@@ -60,10 +60,10 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("admin kubeconfig: %w", err)
 	}
-	if err := fsutil.WriteFile(filepath.Join(stage, AdminKubeconfig), admin, 0o600, nil); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(stage, AdminKubeconfig), admin, 0o600, nil); err != nil {
 		return res, err
 	}
-	if err := fsutil.ReplaceDir(stage, out); err != nil {
+	if err := atomicfile.ReplaceDir(stage, out); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -17,7 +17,7 @@ import (
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -49,7 +49,7 @@ func freshPKI(t *testing.T, s *site.Site) pki.Store {
 
 func decode(t *testing.T, data []byte) types.Config {
 	t.Helper()
-	cfg, _, err := ignite.Parse(data)
+	cfg, _, err := ignition.Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -71,7 +71,7 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 		return nil, err
 	}
 	data = append(data, '\n')
-	if _, _, err := ignite.Parse(data); err != nil {
+	if _, _, err := ignition.Parse(data); err != nil {
 		return nil, fmt.Errorf("node %s: the rendered config does not validate: %w", n.Name, err)
 	}
 	return data, nil

@@ -23,7 +23,7 @@ import (
 	"github.com/cloudflare/cfssl/signer"
 	"github.com/cloudflare/cfssl/signer/local"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -210,7 +210,7 @@ func (st Store) writeFile(rel string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	if err := fsutil.WriteFile(path, data, mode, nil); err != nil {
+	if err := atomicfile.WriteFile(path, data, mode, nil); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // Host is what applying needs from the node besides its files.
@@ -152,7 +152,7 @@ func (a *Applier) file(f File) error {
 	if err != nil {
 		return err
 	}
-	if err := fsutil.WriteFile(full, data, f.Mode, owner); err != nil {
+	if err := atomicfile.WriteFile(full, data, f.Mode, owner); err != nil {
 		return err
 	}
 	if a.persistent(f.Path) {
@@ -179,7 +179,7 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 			}
 			continue
 		}
-		if err := fsutil.Symlink(l.Target, full); err != nil {
+		if err := atomicfile.Symlink(l.Target, full); err != nil {
 			return err
 		}
 	}
@@ -214,5 +214,5 @@ func (a *Applier) stamped(kind, path string, i int, data []byte) bool {
 }
 
 func (a *Applier) stamp(kind, path string, i int, data []byte) error {
-	return fsutil.WriteFile(filepath.Join(a.path(a.StampDir), stampName(kind, path, i, data)), []byte(path+"\n"), 0o644, nil)
+	return atomicfile.WriteFile(filepath.Join(a.path(a.StampDir), stampName(kind, path, i, data)), []byte(path+"\n"), 0o644, nil)
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // passwd creates or updates groups, then users, with the shadow tools,
@@ -126,7 +126,7 @@ func (a *Applier) sshKeys(u types.PasswdUser) error {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		return err
 	}
-	return fsutil.WriteFile(filepath.Join(dir, "authorized_keys"), []byte(keys.String()), 0o600, &fsutil.Owner{UID: uid, GID: gid})
+	return atomicfile.WriteFile(filepath.Join(dir, "authorized_keys"), []byte(keys.String()), 0o600, &atomicfile.Owner{UID: uid, GID: gid})
 }
 
 // lookup returns the colon-separated fields of name's line in an
@@ -149,11 +149,11 @@ func (a *Applier) lookup(file, name string) ([]string, bool) {
 
 // owner resolves a node's user and group (by id or name) to numbers;
 // nil means root, the agent's own.
-func (a *Applier) owner(n Node) (*fsutil.Owner, error) {
+func (a *Applier) owner(n Node) (*atomicfile.Owner, error) {
 	if n.User.ID == nil && n.User.Name == nil && n.Group.ID == nil && n.Group.Name == nil {
 		return nil, nil
 	}
-	o := &fsutil.Owner{}
+	o := &atomicfile.Owner{}
 	var err error
 	if o.UID, err = a.resolveID("/etc/passwd", n.User.ID, n.User.Name); err != nil {
 		return nil, fmt.Errorf("%s: user: %w", n.Path, err)

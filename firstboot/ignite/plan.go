@@ -1,3 +1,7 @@
+// Package ignite applies a parsed Ignition config (internal/ignition) to a
+// node: files, directories, links, users and groups, systemd units.
+// Everything a config needs from the network is fetched and verified into
+// a Plan before the first write, so a broken config changes nothing.
 package ignite
 
 import (

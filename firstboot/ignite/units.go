@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 )
 
 // unitDir is where a config's units go: /etc, rebuilt from the image and
@@ -19,13 +19,13 @@ func (a *Applier) units(ctx context.Context, p *Plan) error {
 	for _, u := range p.Units {
 		path := a.path(filepath.Join(unitDir, u.Name))
 		if u.Mask != nil && *u.Mask {
-			if err := fsutil.Symlink("/dev/null", path); err != nil {
+			if err := atomicfile.Symlink("/dev/null", path); err != nil {
 				return fmt.Errorf("masking %s: %w", u.Name, err)
 			}
 			continue
 		}
 		if u.Contents != nil {
-			if err := fsutil.WriteFile(path, []byte(*u.Contents), 0o644, nil); err != nil {
+			if err := atomicfile.WriteFile(path, []byte(*u.Contents), 0o644, nil); err != nil {
 				return fmt.Errorf("%s: %w", u.Name, err)
 			}
 		}
@@ -34,7 +34,7 @@ func (a *Applier) units(ctx context.Context, p *Plan) error {
 				continue
 			}
 			dp := a.path(filepath.Join(unitDir, u.Name+".d", d.Name))
-			if err := fsutil.WriteFile(dp, []byte(*d.Contents), 0o644, nil); err != nil {
+			if err := atomicfile.WriteFile(dp, []byte(*d.Contents), 0o644, nil); err != nil {
 				return fmt.Errorf("%s drop-in %s: %w", u.Name, d.Name, err)
 			}
 		}

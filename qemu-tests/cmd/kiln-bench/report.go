@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -59,7 +59,7 @@ func (r *report) write(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return fsutil.WriteFile(path, []byte(b.String()), 0o644, nil)
+	return atomicfile.WriteFile(path, []byte(b.String()), 0o644, nil)
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }

@@ -1,8 +1,8 @@
-// Package ignite validates an Ignition config (spec 3.0 to 3.5) and applies
-// it to a node: files, directories, links, users and groups, systemd units.
-// Everything a config needs from the network is fetched and verified into
-// a Plan before the first write, so a broken config changes nothing.
-package ignite
+// Package ignition parses and validates an Ignition config (spec 3.0 to
+// 3.5) into 3.5 types, rejecting the parts kiln does not apply. The node
+// agent (firstboot/ignite) applies what it returns; kiln gen checks every
+// config it renders with it.
+package ignition
 
 import (
 	"errors"
