@@ -59,6 +59,7 @@ func Build(ctx context.Context, opts Options) error {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
+	opts.Progress = &lockedWriter{w: opts.Progress} // the early builds log too
 	unlock, err := lockCache(opts.CacheDir)
 	if err != nil {
 		return err
