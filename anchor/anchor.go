@@ -63,7 +63,7 @@ func (h Host) Render(component string) ([]byte, error) {
 	// An anchored etcd member restarts on its data directory; the
 	// initial-cluster flags are only read on an empty one.
 	p.EtcdInitialCluster = fmt.Sprintf("%s=https://%s:2380", f.Name, f.Address)
-	if f.Role == "genesis" {
+	if f.Role == nodefile.RoleGenesis {
 		p = manifests.GenesisParams(*f, cat.Manifests())
 	}
 	for _, pod := range manifests.ControlPlane(p) {

@@ -42,7 +42,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	if res.Restored {
 		how = "restored"
 	}
-	if res.Role == "worker" {
+	if res.Role == nodefile.RoleWorker {
 		how = "kubelet started"
 	}
 	logf("done role=%s (%s in %s)", res.Role, how, time.Since(start).Round(time.Second))

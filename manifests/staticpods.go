@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // arg is one command-line flag of a component; a list keeps the order
@@ -32,7 +33,7 @@ func ControlPlane(p Params) []*corev1.Pod {
 
 // ControlPlaneIf is ControlPlane for a master and nothing for a worker.
 func ControlPlaneIf(p Params) []*corev1.Pod {
-	if p.Node.Role == "worker" {
+	if p.Node.Role == nodefile.RoleWorker {
 		return nil
 	}
 	return ControlPlane(p)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -376,5 +377,16 @@ func TestRenderedConfigsAreSpec35(t *testing.T) {
 	}
 	if err := json.Unmarshal(data, &raw); err != nil || raw.Ignition.Version != IgnitionSpec {
 		t.Errorf("version %q, %v", raw.Ignition.Version, err)
+	}
+}
+
+func TestNodeFileCarriesTheSiteNodesTaints(t *testing.T) {
+	s := exampleSite(t)
+	n := s.Nodes[0]
+	n.Taints = []site.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}, {Key: "gpu", Effect: "NoExecute"}}
+	got := nodeFile(s, n).Taints
+	want := []nodefile.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}, {Key: "gpu", Effect: "NoExecute"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("taints = %+v, want %+v", got, want)
 	}
 }

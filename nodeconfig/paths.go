@@ -26,8 +26,8 @@ const (
 func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 	c := s.Cluster
 	f := nodefile.NodeFile{
-		APIVersion: site.APIVersion, Kind: nodefile.Kind,
-		Name: n.Name, Role: n.Role, InstallDisk: n.InstallDisk, Labels: n.Labels, Taints: n.Taints,
+		APIVersion: nodefile.APIVersion, Kind: nodefile.Kind,
+		Name: n.Name, Role: n.Role, InstallDisk: n.InstallDisk, Labels: n.Labels, Taints: taints(n.Taints),
 		Cluster: nodefile.ClusterParams{
 			Name: c.Name, KubernetesVersion: c.KubernetesVersion, Domain: c.Domain,
 			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
@@ -42,4 +42,12 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 		f.Masters = append(f.Masters, nodefile.Member{Name: m.Name, Address: m.IP().String()})
 	}
 	return f
+}
+
+func taints(in []site.Taint) []nodefile.Taint {
+	var out []nodefile.Taint
+	for _, t := range in {
+		out = append(out, nodefile.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	return out
 }

@@ -1,14 +1,13 @@
 // Package nodefile owns /etc/kiln/node.json, the contract between kiln gen
 // and the node agent: the node's role and the cluster parameters its
-// components are configured from.
+// components are configured from. It imports nothing from kiln, so every
+// side of the contract (gen, the agent, the roles, the manifests) can.
 package nodefile
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
-
-	"github.com/kiln-project/kiln/site"
 )
 
 // Where kiln gen's files land on a node: this file, the node's PKI files
@@ -19,8 +18,18 @@ const (
 	KubeconfigDir = "/etc/kiln/kubeconfig"
 )
 
-// Kind identifies the document.
-const Kind = "Node"
+// APIVersion and Kind identify the document.
+const (
+	APIVersion = "kiln.dev/v1alpha1"
+	Kind       = "Node"
+)
+
+// Roles a node can have.
+const (
+	RoleGenesis = "genesis"
+	RoleMaster  = "master"
+	RoleWorker  = "worker"
+)
 
 // NodeFile is /etc/kiln/node.json: what the agent needs to know about the
 // node's role and the cluster, beyond the files the config writes.
@@ -32,7 +41,7 @@ type NodeFile struct {
 	Address     string            `json:"address,omitempty"`
 	InstallDisk string            `json:"installDisk,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
-	Taints      []site.Taint      `json:"taints,omitempty"`
+	Taints      []Taint           `json:"taints,omitempty"`
 	Cluster     ClusterParams     `json:"cluster"`
 	Masters     []Member          `json:"masters"`
 }
@@ -52,6 +61,13 @@ type ClusterParams struct {
 	NTPServers        []string `json:"ntpServers,omitempty"`
 }
 
+// Taint is a Kubernetes node taint.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
 // Member is a control-plane node: an etcd member and an apiserver.
 type Member struct {
 	Name    string `json:"name"`
@@ -68,8 +84,8 @@ func Read(path string) (*NodeFile, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if f.APIVersion != site.APIVersion || f.Kind != Kind {
-		return nil, fmt.Errorf("%s: apiVersion/kind %s/%s, want %s/%s", path, f.APIVersion, f.Kind, site.APIVersion, Kind)
+	if f.APIVersion != APIVersion || f.Kind != Kind {
+		return nil, fmt.Errorf("%s: apiVersion/kind %s/%s, want %s/%s", path, f.APIVersion, f.Kind, APIVersion, Kind)
 	}
 	if f.Name == "" || f.Role == "" {
 		return nil, fmt.Errorf("%s: name and role are required", path)

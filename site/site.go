@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/validation"
 )
 
@@ -19,11 +20,11 @@ const (
 	Kind       = "Site"
 )
 
-// Roles a node can have.
+// Roles a node can have: the node file's, since a site's node becomes one.
 const (
-	RoleGenesis = "genesis"
-	RoleMaster  = "master"
-	RoleWorker  = "worker"
+	RoleGenesis = nodefile.RoleGenesis
+	RoleMaster  = nodefile.RoleMaster
+	RoleWorker  = nodefile.RoleWorker
 )
 
 // Site is one cluster.
