@@ -12,7 +12,6 @@ import (
 	"github.com/kiln-project/kiln/builder"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
-	"github.com/kiln-project/kiln/validation"
 	"github.com/spf13/cobra"
 )
 
@@ -41,11 +40,7 @@ interrupted build leaves DIR as it was, and can simply be run again.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := images.Load(specPath)
 			if err != nil {
-				var l *validation.List
-				if errors.As(err, &l) || os.IsNotExist(errors.Unwrap(err)) {
-					return usageError{err}
-				}
-				return err
+				return inputError(err)
 			}
 			self, err := os.Executable()
 			if err != nil {

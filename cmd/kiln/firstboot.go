@@ -62,7 +62,7 @@ It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
 // runAgent's error has already been printed as the agent's final line.
 func runAgent(ctx context.Context, a *firstboot.Agent) error {
 	if err := a.Run(ctx); err != nil {
-		os.Exit(exitFailure)
+		return reportedError{err}
 	}
 	return nil
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
-	"github.com/kiln-project/kiln/validation"
 	"github.com/spf13/cobra"
 )
 
@@ -70,11 +67,7 @@ or embedded in the image (see docs/site.md).`,
 func loadSite(path string) (*site.Site, error) {
 	s, err := site.Load(path)
 	if err != nil {
-		var l *validation.List
-		if errors.As(err, &l) || errors.Is(err, os.ErrNotExist) {
-			return nil, usageError{err}
-		}
-		return nil, err
+		return nil, inputError(err)
 	}
 	return s, nil
 }

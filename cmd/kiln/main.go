@@ -8,6 +8,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -16,21 +17,28 @@ import (
 // version is set at link time: -ldflags "-X main.version=...".
 var version = "dev"
 
-// exitUsage is returned for bad flags or bad input files; exitFailure for
-// everything else.
-const (
-	exitFailure = 1
-	exitUsage   = 2
-)
-
-// usageError marks an error the operator can fix by changing the command
-// line or an input file.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
 func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the process's exit code, so
+// that every command's deferred cleanups have run before kiln exits.
+func run(args []string, stdout, stderr io.Writer) int {
+	started := false
+	root := newRootCmd()
+	onRun(root, func() { started = true })
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	var reported reportedError
+	if err != nil && !errors.As(err, &reported) {
+		fmt.Fprintln(stderr, "kiln:", err)
+	}
+	return exitCode(err, started)
+}
+
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kiln",
 		Short: "Bake immutable bare-metal Kubernetes node images and bring nodes up from them",
@@ -47,17 +55,24 @@ Typical workflow:
 		Version:       version,
 	}
 	root.AddCommand(subcommands()...)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "kiln:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(exitUsage)
+	return root
+}
+
+// onRun makes every command under c call f as its RunE starts, that is
+// once cobra has accepted the command line.
+func onRun(c *cobra.Command, f func()) {
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			f()
+			return run(cmd, args)
 		}
-		os.Exit(exitFailure)
+	}
+	for _, sub := range c.Commands() {
+		onRun(sub, f)
 	}
 }
 
-// subcommands is the list of everything kiln can do, one file each.
+// subcommands is the list of everything kiln can do.
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		newBuildCmd(),

@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-project/kiln/anchor"
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/firstboot"
+	"github.com/kiln-project/kiln/internal/clustercheck"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
 )
@@ -48,7 +49,7 @@ Ends with "kiln-firstboot: done role=<role>" or "kiln-firstboot: error: ...".`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := firstboot.RunRole(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{}, wait); err != nil {
-				os.Exit(exitFailure)
+				return reportedError{err} // the agent's final line said it
 			}
 			return nil
 		},
@@ -116,21 +117,15 @@ func newCheckCmd() *cobra.Command {
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			deadline := time.Now().Add(retry)
-			for {
-				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				addrs, err := net.DefaultResolver.LookupHost(ctx, args[0])
-				cancel()
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("resolving %s: %w", args[0], err)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "resolving %s: %v (retrying)\n", args[0], err)
-				time.Sleep(2 * time.Second)
+			stderr := cmd.ErrOrStderr()
+			d := clustercheck.DNS{Resolver: net.DefaultResolver, Retry: retry, Attempt: 5 * time.Second, Interval: 2 * time.Second,
+				Log: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }}
+			addrs, err := d.Resolve(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
+			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
+			return nil
 		},
 	}
 	dns.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.yaml")
+	data, err := os.ReadFile("../../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(broken, bytes.Replace(data, []byte("role: worker"), []byte("role: wroker"), 1), 0o644)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		want       int
+		wantStderr string // "" : nothing on stderr
+	}{
+		{"help", []string{"--help"}, exitOK, ""},
+		{"unknown command", []string{"bake"}, exitUsage, "unknown command"},
+		{"unknown flag", []string{"gen", "--frobnicate"}, exitUsage, "unknown flag"},
+		{"missing required flag", []string{"gen"}, exitUsage, `"file" not set`},
+		{"extra argument", []string{"check", "dns"}, exitUsage, "accepts 1 arg"},
+		{"site file missing", []string{"gen", "-f", filepath.Join(dir, "none.yaml"), "--pki", dir, "-o", dir}, exitUsage, "none.yaml"},
+		{"site file invalid", []string{"gen", "-f", broken, "--pki", dir, "-o", dir}, exitUsage, "nodes[3].role"},
+		{"spec file missing", []string{"build", "-f", filepath.Join(dir, "none.yaml")}, exitUsage, "none.yaml"},
+		{"bad flag value in RunE", []string{"pki", "check", "--pki", dir, "--warn", "soon"}, exitUsage, "--warn"},
+		{"runtime failure", []string{"images", "import", "--root", dir}, exitFailure, "image catalog"},
+		{"agent failure already on the console", []string{"firstboot", "role", "--root", dir}, exitFailure, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			got := run(tc.args, &stdout, &stderr)
+			if got != tc.want {
+				t.Errorf("exit code %d, want %d (stderr %q)", got, tc.want, stderr.String())
+			}
+			if tc.wantStderr == "" && stderr.Len() > 0 {
+				t.Errorf("stderr %q, want nothing", stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantStderr) {
+				t.Errorf("stderr %q does not mention %q", stderr.String(), tc.wantStderr)
+			}
+		})
+	}
+}
+
+func TestAgentFailurePrintsItsOwnFinalLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if got := run([]string{"firstboot", "role", "--root", t.TempDir()}, &stdout, &stderr); got != exitFailure {
+		t.Fatalf("exit code %d, want %d", got, exitFailure)
+	}
+	if !strings.Contains(stdout.String(), "kiln-firstboot: error: ") {
+		t.Errorf("stdout lacks the agent's final error line:\n%s", stdout.String())
+	}
+}
