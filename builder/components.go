@@ -295,7 +295,7 @@ func (b *build) compile(ctx context.Context, nc images.NamedComponent) (gobuild.
 // packImages writes an archive for every role no prebuilt archive
 // provides, and returns the catalog of all of them.
 func (b *build) packImages(c *images.Components, programs map[string]string, archives map[string]catalog.Image) (*catalog.Catalog, error) {
-	cat := &catalog.Catalog{}
+	cat := &catalog.Catalog{KubernetesVersion: c.Kubernetes.Version}
 	versions := map[string]string{}
 	for _, nc := range c.Each() {
 		versions[nc.Name] = nc.Version

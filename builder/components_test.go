@@ -94,6 +94,9 @@ func TestComponentsFromReleaseURLs(t *testing.T) {
 			t.Errorf("%s: archive %s (%v), digest %q", im.Role, im.Archive, err, im.Digest)
 		}
 	}
+	if cat.KubernetesVersion != "v1.37.1" {
+		t.Errorf("the catalog records Kubernetes %q, want the spec's v1.37.1", cat.KubernetesVersion)
+	}
 	if ref, _ := cat.Ref(catalog.Proxy); ref != "registry.k8s.io/kube-proxy:v1.37.1" {
 		t.Errorf("kube-proxy is %s, want the prebuilt archive's image", ref)
 	}

@@ -46,9 +46,12 @@ type Image struct {
 	Archive string `json:"archive"` // path on the node
 }
 
-// Catalog is the document.
+// Catalog is the document. KubernetesVersion is the release the image's
+// Kubernetes components were baked from (empty in images built before it
+// was recorded); a node refuses a node file asking for another.
 type Catalog struct {
-	Images []Image `json:"images"`
+	KubernetesVersion string  `json:"kubernetesVersion,omitempty"`
+	Images            []Image `json:"images"`
 }
 
 // Ref returns the reference of the image with the role.

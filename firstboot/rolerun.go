@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/firstboot/role"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/nodefile"
@@ -29,7 +30,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	writeStatusFile(root, st, logf)
 	n := &role.Node{Root: root, Sys: sys, Log: logf, Wait: wait}
 	start := time.Now()
-	res, err := n.Run(ctx)
+	res, err := runChecked(ctx, root, n)
 	if err != nil {
 		st.Role.State, st.Role.Error = "error", err.Error()
 		writeStatusFile(root, st, logf)
@@ -46,6 +47,34 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 		how = "kubelet started"
 	}
 	logf("done role=%s (%s in %s)", res.Role, how, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// runChecked runs the role once the node file is known to fit the image.
+func runChecked(ctx context.Context, root string, n *role.Node) (role.Result, error) {
+	if err := checkKubernetesVersion(root); err != nil {
+		return role.Result{}, err
+	}
+	return n.Run(ctx)
+}
+
+// checkKubernetesVersion refuses a node file that asks for another
+// Kubernetes release than the one baked into the image. A missing file
+// is left for the role to report; an image that does not record its
+// release is not checked.
+func checkKubernetesVersion(root string) error {
+	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
+	if err != nil {
+		return nil
+	}
+	cat, err := catalog.Read(filepath.Join(root, catalog.Path))
+	if err != nil || cat.KubernetesVersion == "" || f.Cluster.KubernetesVersion == "" {
+		return nil
+	}
+	if f.Cluster.KubernetesVersion != cat.KubernetesVersion {
+		return fmt.Errorf("%s asks for Kubernetes %s but this image carries Kubernetes %s (%s): boot an image built for %s, or set cluster.kubernetesVersion to %s in the site file and run kiln gen again",
+			nodefile.Path, f.Cluster.KubernetesVersion, cat.KubernetesVersion, catalog.Path, f.Cluster.KubernetesVersion, cat.KubernetesVersion)
+	}
 	return nil
 }
 

@@ -1,0 +1,119 @@
+package firstboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/nodefile"
+)
+
+// versionRoot is a node whose node file asks for nodeVersion and whose
+// image carries imageVersion ("": the file is absent or does not say).
+func versionRoot(t *testing.T, nodeVersion, imageVersion string, withCatalog bool) string {
+	t.Helper()
+	root := t.TempDir()
+	write := func(p string, v any) {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(nodefile.Path, nodefile.NodeFile{APIVersion: nodefile.APIVersion, Kind: nodefile.Kind, Name: "w1", Role: nodefile.RoleWorker,
+		Cluster: nodefile.ClusterParams{KubernetesVersion: nodeVersion}})
+	if withCatalog {
+		cat := catalog.Catalog{KubernetesVersion: imageVersion}
+		for _, r := range catalog.Roles {
+			cat.Images = append(cat.Images, catalog.Image{Role: r, Ref: "kiln.local/" + r + ":t"})
+		}
+		write(catalog.Path, cat)
+	}
+	return root
+}
+
+func TestCheckKubernetesVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		node, image     string
+		withCatalog     bool
+		wantErrMentions []string
+	}{
+		{"same release", "v1.37.1", "v1.37.1", true, nil},
+		{"other patch release", "v1.37.0", "v1.37.1", true, []string{"v1.37.0", "v1.37.1", nodefile.Path}},
+		{"other minor release", "v1.38.1", "v1.37.1", true, []string{"v1.38.1", "v1.37.1"}},
+		{"image without the field is not checked", "v1.38.1", "", true, nil},
+		{"no catalog is left to the role", "v1.38.1", "", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkKubernetesVersion(versionRoot(t, tc.node, tc.image, tc.withCatalog))
+			if tc.wantErrMentions == nil {
+				if err != nil {
+					t.Fatalf("err = %v, want none", err)
+				}
+				return
+			}
+			for _, s := range tc.wantErrMentions {
+				if err == nil || !strings.Contains(err.Error(), s) {
+					t.Errorf("err = %v, want it to name %s", err, s)
+				}
+			}
+		})
+	}
+}
+
+// A mismatch is refused before the role touches the node: no command
+// runs, no file but the status report is written, and the console's
+// final line names both versions.
+func TestRunRoleRefusesAnotherKubernetesVersion(t *testing.T) {
+	root := versionRoot(t, "v1.36.4", "v1.37.1", true)
+	before := filesUnder(t, root)
+	var console bytes.Buffer
+	sys := &fakeSys{}
+	if err := RunRole(context.Background(), root, &console, sys, time.Second); err == nil {
+		t.Fatal("RunRole accepted a node file for another Kubernetes release")
+	}
+	lines := strings.Split(strings.TrimSpace(console.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "kiln-firstboot: error: role worker: ") || !strings.Contains(last, "Kubernetes v1.36.4") || !strings.Contains(last, "Kubernetes v1.37.1") {
+		t.Errorf("final line %q does not name both versions", last)
+	}
+	if len(sys.cmds) > 0 {
+		t.Errorf("commands ran: %q", sys.cmds)
+	}
+	after := slices.DeleteFunc(filesUnder(t, root), func(p string) bool { return p == statusPath })
+	if !slices.Equal(after, before) {
+		t.Errorf("files before %q, after %q", before, after)
+	}
+	data, _ := os.ReadFile(filepath.Join(root, statusPath))
+	var st Status
+	if err := json.Unmarshal(data, &st); err != nil || st.Role == nil || st.Role.State != "error" {
+		t.Errorf("status.json: %s (%v)", data, err)
+	}
+}
+
+func filesUnder(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, "/"+strings.TrimPrefix(p, root+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
