@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,34 +11,21 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
-func golden(t *testing.T, name, got string) {
+func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("%v (run go test ./builder -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file:\n--- got ---\n%s\n--- want ---\n%s", name, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", name), []byte(got))
 }
 
 func TestBootConfigsGolden(t *testing.T) {
 	extra := []string{"quiet"}
-	golden(t, "isolinux.cfg", isolinuxCfg(ISOCmdline(extra)))
-	golden(t, "grub-iso.cfg", grubBootCfg(ISOCmdline(extra)))
-	golden(t, "grub-raw.cfg", grubBootCfg(RawCmdline(extra)))
-	golden(t, "grub-embedded.cfg", grubEmbedded)
-	golden(t, "boot.ipxe", ipxeScript(extra))
+	checkGolden(t, "isolinux.cfg", isolinuxCfg(ISOCmdline(extra)))
+	checkGolden(t, "grub-iso.cfg", grubBootCfg(ISOCmdline(extra)))
+	checkGolden(t, "grub-raw.cfg", grubBootCfg(RawCmdline(extra)))
+	checkGolden(t, "grub-embedded.cfg", grubEmbedded)
+	checkGolden(t, "boot.ipxe", ipxeScript(extra))
 }
 
 func TestSerialConsoleIsLastSoTheAgentLineReachesIt(t *testing.T) {

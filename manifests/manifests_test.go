@@ -2,8 +2,6 @@ package manifests
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,10 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/nodefile"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 var testImages = Images{
 	Etcd: "kiln.local/etcd:v3.6.5", APIServer: "kiln.local/kube-apiserver:v1.37.1",
@@ -57,18 +54,7 @@ func TestGoldenFiles(t *testing.T) {
 				got.WriteString("### " + f.Path + "\n")
 				got.Write(f.Content)
 			}
-			golden := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				os.MkdirAll("testdata", 0o755)
-				os.WriteFile(golden, got.Bytes(), 0o644)
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (go test ./manifests -update)", err)
-			}
-			if !bytes.Equal(got.Bytes(), want) {
-				t.Errorf("%s differs from %s (go test ./manifests -update, then review the diff)", tc.name, golden)
-			}
+			golden.Check(t, filepath.Join("testdata", tc.name+".golden"), got.Bytes())
 		})
 	}
 }
@@ -142,14 +128,7 @@ func TestGoldenAddOns(t *testing.T) {
 		"addons.golden":          addons,
 		"containerd.toml.golden": []byte(ContainerdConfig(testImages.Pause)),
 	} {
-		golden := filepath.Join("testdata", name)
-		if *update {
-			os.WriteFile(golden, got, 0o644)
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s differs (go test ./manifests -update, then review the diff): %v", golden, err)
-		}
+		golden.Check(t, filepath.Join("testdata", name), got)
 	}
 }
 

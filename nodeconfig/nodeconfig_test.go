@@ -2,11 +2,12 @@ package nodeconfig
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,13 +18,12 @@ import (
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden configs (and make the test PKI if missing)")
 
 // testPKI is a PKI committed for the golden tests (its keys protect
 // nothing); -update creates it when it is missing.
@@ -76,7 +76,7 @@ func contents(t *testing.T, f types.File) []byte {
 func TestGoldenConfigs(t *testing.T) {
 	s := exampleSite(t)
 	st := pki.Store{Dir: testPKI}
-	if *update {
+	if golden.Updating() {
 		if _, err := st.Ensure(s); err != nil {
 			t.Fatal(err)
 		}
@@ -90,21 +90,33 @@ func TestGoldenConfigs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		golden := filepath.Join("testdata", "golden", n.Name+".ign")
-		if *update {
-			os.MkdirAll(filepath.Dir(golden), 0o755)
-			if err := os.WriteFile(golden, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test ./nodeconfig -update)", err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from %s (run go test ./nodeconfig -update and review the diff)", n.Name, golden)
-		}
+		golden.Check(t, filepath.Join("testdata", "golden", n.Name+".golden"), reviewable(t, got))
 	}
+}
+
+// reviewable renders a config for review: a line with the sha256 of its
+// exact bytes, the config with each file's contents replaced by a pointer,
+// then every file decoded under its path and mode.
+func reviewable(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	var cfg types.Config
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var files []golden.File
+	below := "(contents below)"
+	for i, f := range cfg.Storage.Files {
+		files = append(files, golden.File{Path: f.Path, Mode: os.FileMode(*f.Mode), Content: contents(t, f)})
+		cfg.Storage.Files[i].Contents.Source = &below
+	}
+	skeleton, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "### config (sha256 %x of the rendered bytes)\n%s\n", sha256.Sum256(raw), skeleton)
+	b.Write(golden.Files(files))
+	return b.Bytes()
 }
 
 func TestSameSiteAndPKIGiveIdenticalOutput(t *testing.T) {
