@@ -2,8 +2,9 @@
 //
 // The pipeline is one list of numbered steps: base root filesystem
 // (debootstrap + apt, cached by content), node configuration, the kiln agent,
-// the payload, the initramfs (dracut), the squashfs, then one writer per
-// requested artifact (ISO, raw disk, PXE) and the manifest. Everything is
+// the components, the payload, the initramfs (dracut), the squashfs, the boot
+// loaders, then one writer per requested artifact (ISO, raw disk, PXE) and
+// the manifest. Everything is
 // written into a staging directory beside the output and moved into place
 // only when every step succeeded.
 package builder
