@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,18 +67,20 @@ func TestGUIDsAreStablePerSpecAndPurpose(t *testing.T) {
 	}
 }
 
-// failingRunner makes every external command fail, as a broken tool would.
-type failingRunner struct{ calls int }
+// failingRunner answers dpkg-query (the cache key) and makes every other
+// external command fail, as a broken tool would.
+type failingRunner struct{ cmds []string }
 
-func (f *failingRunner) Run(context.Context, Cmd) error {
-	f.calls++
+func (f *failingRunner) Run(_ context.Context, c Cmd) error {
+	f.cmds = append(f.cmds, c.Name)
+	if c.Name == "dpkg-query" && c.Stdout != nil {
+		_, err := io.WriteString(c.Stdout, "1.5.128")
+		return err
+	}
 	return errors.New("tool exploded")
 }
 
 func TestFailedBuildLeavesOutputUntouched(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/dpkg-query"); err != nil {
-		t.Skip("needs dpkg-query for the cache key")
-	}
 	out, cache := t.TempDir(), t.TempDir()
 	previous := map[string]string{ISOName: "old iso", ManifestName: "old manifest"}
 	for n, c := range previous {
@@ -93,6 +98,9 @@ func TestFailedBuildLeavesOutputUntouched(t *testing.T) {
 		Progress: &progress, Runner: r, Now: time.Now})
 	if err == nil || !strings.Contains(err.Error(), `step "base root filesystem"`) || !strings.Contains(err.Error(), "tool exploded") {
 		t.Fatalf("err = %v, want the failing step named with the tool's error", err)
+	}
+	if want := []string{"dpkg-query", "debootstrap"}; !slices.Equal(r.cmds, want) {
+		t.Errorf("the build ran %q, want %q through its Runner", r.cmds, want)
 	}
 	if !strings.Contains(progress.String(), "[1/12] base root filesystem: failed after") {
 		t.Errorf("progress does not report the failed step:\n%s", progress.String())
@@ -127,4 +135,41 @@ func TestPublishSwapsDirectories(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(out, PXEDir, "vmlinuz")); string(b) != "k" {
 		t.Error("new pxe/ content missing")
 	}
+}
+
+// The base's cache key follows the host's debootstrap version, asked
+// through the Runner, and the spec's packages in any order.
+func TestRootfsKey(t *testing.T) {
+	spec, err := images.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(version string, packages []string) string {
+		t.Helper()
+		s := *spec
+		s.Packages = packages
+		k, err := rootfsKey(context.Background(), versionRunner(version), &s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	base := key("1.5.128", []string{"a", "b"})
+	if key("1.5.128", []string{"b", "a"}) != base {
+		t.Error("the package order changed the key")
+	}
+	if key("1.5.129", []string{"a", "b"}) == base || key("1.5.128", []string{"a", "c"}) == base {
+		t.Error("another debootstrap or package list kept the key")
+	}
+}
+
+// versionRunner answers dpkg-query with a debootstrap version.
+type versionRunner string
+
+func (v versionRunner) Run(_ context.Context, c Cmd) error {
+	if c.Name != "dpkg-query" {
+		return fmt.Errorf("unexpected %s", c.Name)
+	}
+	_, err := io.WriteString(c.Stdout, string(v))
+	return err
 }

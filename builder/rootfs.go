@@ -1,12 +1,12 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -22,7 +22,7 @@ var bootstrapPackages = []string{"systemd", "systemd-sysv", "udev", "dbus", "kmo
 // baseRootfs restores the root filesystem for the spec's Debian release and
 // package list from the cache, or creates it and stores it there.
 func (b *build) baseRootfs(ctx context.Context) error {
-	key, err := rootfsKey(b.spec)
+	key, err := rootfsKey(ctx, b.run, b.spec)
 	if err != nil {
 		return err
 	}
@@ -44,11 +44,13 @@ func (b *build) baseRootfs(ctx context.Context) error {
 // rootfsKey hashes everything that decides the base root filesystem's
 // content: release, mirror, architecture, packages and the debootstrap
 // version.
-func rootfsKey(s *images.Spec) (string, error) {
-	out, err := exec.Command("dpkg-query", "-W", "-f=${Version}", "debootstrap").Output()
+func rootfsKey(ctx context.Context, run Runner, s *images.Spec) (string, error) {
+	var version bytes.Buffer
+	err := run.Run(ctx, Cmd{Name: "dpkg-query", Args: []string{"-W", "-f=${Version}", "debootstrap"}, Stdout: &version})
 	if err != nil {
 		return "", fmt.Errorf("debootstrap is not installed (run scripts/host-deps.sh): %w", err)
 	}
+	out := version.String()
 	pkgs := append([]string(nil), s.Packages...)
 	sort.Strings(pkgs)
 	h := sha256.New()
