@@ -1,0 +1,127 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeCtr is containerd as ctr shows it: ls lists what it holds; import
+// adds an archive's image, or fails for the archives in broken.
+type fakeCtr struct {
+	refs    map[string]string // archive path -> the ref it holds
+	held    map[string]bool
+	broken  map[string]bool
+	lsErr   error
+	imports []string
+}
+
+func (f *fakeCtr) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	if name != "ctr" || len(args) < 4 || args[0] != "-n" || args[1] != Namespace {
+		return nil, fmt.Errorf("unexpected %s %v", name, args)
+	}
+	switch args[3] {
+	case "ls":
+		var b strings.Builder
+		b.WriteString("REF TYPE DIGEST SIZE PLATFORMS LABELS\n")
+		for ref := range f.held {
+			fmt.Fprintf(&b, "%s application/vnd.oci.image.manifest.v1+json sha256:x 1.0 MiB linux/amd64 -\n", ref)
+		}
+		return []byte(b.String()), f.lsErr
+	case "import":
+		archive := args[4]
+		f.imports = append(f.imports, archive)
+		if f.broken[archive] {
+			return []byte("ctr: unexpected EOF"), errors.New("exit status 1")
+		}
+		f.held[f.refs[archive]] = true
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unexpected ctr %v", args)
+}
+
+func importFixture(t *testing.T) (root string, c *Catalog, ctr *fakeCtr) {
+	root, c = t.TempDir(), full()
+	ctr = &fakeCtr{refs: map[string]string{}, held: map[string]bool{}, broken: map[string]bool{}}
+	for _, im := range c.Images {
+		ctr.refs[filepath.Join(root, im.Archive)] = im.Ref
+	}
+	return root, c, ctr
+}
+
+func stampOf(root string, im Image) string {
+	return filepath.Join(root, ImportedDir, strings.TrimPrefix(im.Digest, "sha256:"))
+}
+
+// The first boot imports every archive and stamps each digest; the next
+// boot only lists containerd's images.
+func TestImportOnceThenOnlyCheck(t *testing.T) {
+	root, c, ctr := importFixture(t)
+	var log bytes.Buffer
+	if err := c.Import(context.Background(), root, ctr, &log); err != nil {
+		t.Fatal(err)
+	}
+	if len(ctr.imports) != len(c.Images) {
+		t.Errorf("imported %d archives, want %d", len(ctr.imports), len(c.Images))
+	}
+	for _, im := range c.Images {
+		if data, err := os.ReadFile(stampOf(root, im)); err != nil || string(data) != im.Ref+"\n" {
+			t.Errorf("%s: stamp %q, %v", im.Role, data, err)
+		}
+		if !strings.Contains(log.String(), "imported "+im.Ref+" ("+im.Digest+")") {
+			t.Errorf("the log does not mention %s:\n%s", im.Ref, log.String())
+		}
+	}
+	ctr.imports = nil
+	if err := c.Import(context.Background(), root, ctr, &log); err != nil || len(ctr.imports) != 0 {
+		t.Errorf("second boot imported %v (%v), want nothing", ctr.imports, err)
+	}
+}
+
+// A stamp without the image in containerd (its store was wiped) and an
+// image without a stamp (an import cut short) are both imported again.
+func TestImportRedoesWhatIsNotBothStampedAndHeld(t *testing.T) {
+	root, c, ctr := importFixture(t)
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	wiped, unstamped := c.Images[0], c.Images[1]
+	delete(ctr.held, wiped.Ref)
+	os.Remove(stampOf(root, unstamped))
+	ctr.imports = nil
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(root, wiped.Archive), filepath.Join(root, unstamped.Archive)}
+	if strings.Join(ctr.imports, " ") != strings.Join(want, " ") {
+		t.Errorf("imported %v, want %v", ctr.imports, want)
+	}
+}
+
+func TestImportFailures(t *testing.T) {
+	t.Run("ls fails", func(t *testing.T) {
+		root, c, ctr := importFixture(t)
+		ctr.lsErr = errors.New("connection refused")
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{})
+		if !errors.Is(err, ctr.lsErr) || !strings.Contains(err.Error(), "listing containerd's images") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("an archive fails", func(t *testing.T) {
+		root, c, ctr := importFixture(t)
+		bad := c.Images[2]
+		ctr.broken[filepath.Join(root, bad.Archive)] = true
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "importing "+bad.Ref+" from "+bad.Archive) {
+			t.Fatalf("err = %v, want it to name the image and its archive", err)
+		}
+		if _, err := os.Stat(stampOf(root, bad)); !os.IsNotExist(err) {
+			t.Error("a failed import was stamped")
+		}
+	})
+}
