@@ -28,6 +28,7 @@ import (
 // the Debian package stays installed because docker.io depends on it.
 var hostPrograms = map[string]string{
 	"kubelet":                 "/usr/bin/kubelet",
+	"kubectl":                 "/usr/bin/kubectl",
 	"containerd":              "/usr/bin/containerd",
 	"containerd-shim-runc-v2": "/usr/bin/containerd-shim-runc-v2",
 	"ctr":                     "/usr/bin/ctr",
