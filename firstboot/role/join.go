@@ -1,6 +1,7 @@
 package role
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,10 +18,13 @@ import (
 
 // Bounds of the etcd join under TCG on a loaded machine: the learner's
 // start includes importing the images and the kubelet's first sync.
+// Node.joinBounds overrides them in tests.
 const (
 	learnerStartBound = 15 * time.Minute
 	promoteBound      = 10 * time.Minute
 )
+
+type joinBounds struct{ learnerStart, promote time.Duration }
 
 // joinEtcd makes this node a voting member of the cluster c reaches: it
 // resumes its own member (its data is here), reuses an unstarted learner
@@ -134,7 +138,7 @@ func (n *Node) removeStale(ctx context.Context, c etcdCluster, list []member, s 
 // waitLearnerStarted waits until the member has published its name:
 // its etcd runs and reached the leader.
 func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64) error {
-	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x started", id), learnerStartBound, n.Log, func(ctx context.Context) error {
+	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x started", id), cmp.Or(n.joinBounds.learnerStart, learnerStartBound), n.Log, func(ctx context.Context) error {
 		list, err := c.MemberList(ctx)
 		if err != nil {
 			return err
@@ -154,7 +158,7 @@ func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64)
 // promote makes the learner a voting member, retrying while it catches
 // up with the leader or another learner is ahead of it.
 func (n *Node) promote(ctx context.Context, c etcdCluster, id uint64) error {
-	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), promoteBound, n.Log, func(ctx context.Context) error {
+	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), cmp.Or(n.joinBounds.promote, promoteBound), n.Log, func(ctx context.Context) error {
 		err := c.Promote(ctx, id)
 		if err != nil && strings.Contains(err.Error(), "can only promote a learner member") && !strings.Contains(err.Error(), "in sync") {
 			return nil // a voting member already: an earlier boot promoted it

@@ -47,7 +47,8 @@ type Node struct {
 	// before it is a previous boot's.
 	started time.Time
 	// answering are the addresses of the masters whose etcd answered.
-	answering []string
+	answering  []string
+	joinBounds joinBounds
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
