@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -82,15 +83,36 @@ state partition).`,
 }
 
 func newNetCmd() *cobra.Command {
-	var server, dir string
+	var server, dir, clusterCIDR string
+	var interval time.Duration
 	cmd := &cobra.Command{
-		Use:   "net",
-		Short: "kiln-net: keep this node's CNI configuration matching its pod CIDR (DaemonSet)",
-		Args:  cobra.NoArgs,
+		Use:   "net --server URL --cluster-cidr CIDR",
+		Short: "kiln-net: keep this node's CNI configuration, pod routes and pod forwarding rules (DaemonSet)",
+		Long: `kiln-net, the kiln-net DaemonSet's container (host network, NODE_NAME set from
+spec.nodeName). On this node it keeps, every --interval and on every Node event:
+
+  - the CNI configuration (--conf-dir/` + kilnnet.ConfName + `): bridge kiln0 with
+    host-local IPAM on the pod CIDR the controller-manager gave this Node; the
+    bridge does not masquerade;
+  - one route per other Node's pod CIDR (inside --cluster-cidr) via that Node's
+    InternalIP, with route protocol 0x4b (75); it removes only routes of that
+    protocol, when their Node is gone: an operator's routes are never touched;
+  - iptables (the nft backend, as the node's): chain KILN-FORWARD accepting
+    forwarding from and to --cluster-cidr, jumped to from the first rule of
+    FORWARD (put back first when Docker or anything inserts above it), and chain
+    KILN-POSTROUTING (nat) masquerading only traffic from --cluster-cidr that
+    leaves it, so pods on different nodes see each other's addresses.
+
+When it stops it leaves the routes and rules in place for the running pods.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			node := os.Getenv("NODE_NAME")
 			if node == "" {
 				return usageError{fmt.Errorf("NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)")}
+			}
+			cidr, err := netip.ParsePrefix(clusterCIDR)
+			if err != nil {
+				return usageError{fmt.Errorf("--cluster-cidr: %w", err)}
 			}
 			kube, err := inClusterVia(server)
 			if err != nil {
@@ -99,12 +121,16 @@ func newNetCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
-			return kilnnet.Run(ctx, kube, node, dir, 30*time.Second, logf)
+			return kilnnet.Run(ctx, kilnnet.Config{Kube: kube, Node: node, ConfDir: dir, ClusterCIDR: cidr, Interval: interval,
+				Routes: kilnnet.IPRoutes{IPv6: cidr.Addr().Is6()}, Firewall: kilnnet.Iptables{}, Log: logf})
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name)")
 	cmd.Flags().StringVar(&dir, "conf-dir", manifests.CNIConfDir, "CNI configuration directory")
+	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "the cluster pod CIDR (the site's podCIDR): routed between nodes, accepted in FORWARD, masqueraded only when leaving it")
+	cmd.Flags().DurationVar(&interval, "interval", 30*time.Second, "how often to re-check the configuration, routes and rules")
 	cmd.MarkFlagRequired("server")
+	cmd.MarkFlagRequired("cluster-cidr")
 	return cmd
 }
 
