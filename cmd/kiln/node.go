@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -20,6 +19,7 @@ import (
 	"github.com/kiln-project/kiln/firstboot"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/netcheck"
 )
 
 // The subcommands below run on nodes: in the image's units and in the
@@ -135,32 +135,52 @@ When it stops it leaves the routes and rules in place for the running pods.`,
 }
 
 func newCheckCmd() *cobra.Command {
-	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster"}
+	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster (the kiln image)"}
 	var retry time.Duration
 	dns := &cobra.Command{
 		Use:   "dns NAME",
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			deadline := time.Now().Add(retry)
-			for {
-				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				addrs, err := net.DefaultResolver.LookupHost(ctx, args[0])
-				cancel()
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("resolving %s: %w", args[0], err)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "resolving %s: %v (retrying)\n", args[0], err)
-				time.Sleep(2 * time.Second)
+			addrs, err := netcheck.Resolve(cmd.Context(), args[0], retry, cmd.ErrOrStderr())
+			if err != nil {
+				return err
 			}
+			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
+			return nil
 		},
 	}
-	dns.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
-	check.AddCommand(dns)
+	httpGet := &cobra.Command{
+		Use:   "http URL...",
+		Short: "GET each URL and print its answer (\"got URL: body\")",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, u := range args {
+				body, err := netcheck.Get(cmd.Context(), u, retry, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "got %s: %s\n", u, body)
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{dns, httpGet} {
+		c.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
+	}
+	var listen string
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Answer every HTTP request with this pod's host name and the caller's address as seen here",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return netcheck.Serve(ctx, listen)
+		},
+	}
+	serve.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
+	check.AddCommand(dns, httpGet, serve)
 	return check
 }
 
