@@ -105,9 +105,9 @@ func CheckPod(name, image, node string, args ...string) *corev1.Pod {
 }
 
 // RunPod creates pod (replacing one of the same name), waits within
-// bound for it to end, and returns its phase and logs; the pod is
-// deleted afterwards.
-func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log Logf) (corev1.PodPhase, string, error) {
+// bound for it to end, and returns it as it ended and its logs; the pod
+// is deleted afterwards.
+func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log Logf) (*corev1.Pod, string, error) {
 	pods := kube.CoreV1().Pods(pod.Namespace)
 	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	err := Wait(ctx, "creating pod "+pod.Name, bound, nil, func(ctx context.Context) error {
@@ -115,10 +115,10 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 		return err
 	})
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	defer pods.Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{})
-	var phase corev1.PodPhase
+	ended := pod
 	err = Wait(ctx, "pod "+pod.Name+" finished", bound, log, func(ctx context.Context) error {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -127,20 +127,20 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 		if err != nil {
 			return err
 		}
-		phase = p.Status.Phase
-		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+		ended = p
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			return nil
 		}
-		return fmt.Errorf("phase %s on %q", phase, p.Spec.NodeName)
+		return fmt.Errorf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
 	})
 	if err != nil {
-		return phase, "", err
+		return ended, "", err
 	}
 	logs, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
-		return phase, "", fmt.Errorf("reading pod %s's logs: %w", pod.Name, err)
+		return ended, "", fmt.Errorf("reading pod %s's logs: %w", pod.Name, err)
 	}
-	return phase, string(logs), nil
+	return ended, string(logs), nil
 }
 
 // LastLine is a log's final line: a check's answer, after any retries.

@@ -156,10 +156,11 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 func (c *cluster) validatePod(ctx context.Context, image, domain string, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
 	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", "60s", name)
-	phase, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
+	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
 		return fmt.Errorf("validation pod: %w", err)
 	}
+	phase := ended.Status.Phase
 	if phase != corev1.PodSucceeded || !strings.Contains(logs, "resolved "+name) {
 		return fmt.Errorf("validation pod %s: %s", phase, clustercheck.OneLine(errors.New(logs)))
 	}

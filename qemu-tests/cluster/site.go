@@ -26,7 +26,8 @@ const (
 )
 
 // ClusterSite is a two-master, one-worker site on the namespace's bridge:
-// m1 (genesis) and m2 masters, w1 a worker in the edge pool.
+// m1 (genesis) and m2 masters, w1 a worker in the edge pool; three VMs
+// under TCG on 2 cores are a slow machine, so its timing is slow.
 func ClusterSite() string {
 	node := func(name, role, mac, addr, extra string) string {
 		return fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}%s}\n",
@@ -39,6 +40,7 @@ cluster:
   kubernetesVersion: v1.37.1
   podCIDR: 10.244.0.0/16
   serviceCIDR: 10.96.0.0/12
+  timing: slow
 nodes:
 ` + node("m1", "genesis", M1MAC, M1Addr, "") +
 		node("m2", "master", M2MAC, M2Addr, "") +
