@@ -96,8 +96,30 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	checkPodNetwork(t, kube, image)
 	checkDiscoveryFromWorker(t, kube, image)
 
+	for cut := 1; cut <= powerCuts(t); cut++ {
+		wholeClusterPowerCut(t, seg, kube, nodes, cfgs["m1"], image, cut)
+	}
+}
+
+// powerCuts is how many whole-cluster power cuts in a row the scenario
+// makes: one in make test, more in make soak (KILN_POWER_CUTS).
+func powerCuts(t *testing.T) int {
+	n := 1
+	if v := os.Getenv("KILN_POWER_CUTS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+			t.Fatalf("KILN_POWER_CUTS=%q: want a count of at least 1", v)
+		}
+	}
+	return n
+}
+
+// wholeClusterPowerCut writes a ConfigMap, pulls every plug at once, boots
+// every machine again with no config, and checks that the cluster came
+// back by itself with the write.
+func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interface, nodes []*clusterVM, m1cfg []byte, image string, cut int) {
+	t.Helper()
 	ctx := context.Background()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survives-power-cut"}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("survives-power-cut-%d", cut)}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
 	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +128,13 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	// config, in no particular order.
 	bootIDs := map[string]string{}
 	for _, n := range nodes {
-		if bootIDs[n.name], err = n.BootID(ctx, time.Minute); err != nil {
+		id, err := n.BootID(ctx, time.Minute)
+		if err != nil {
 			t.Fatal(err)
 		}
+		bootIDs[n.name] = id
+	}
+	for _, n := range nodes {
 		n.PowerCut()
 	}
 	restart := time.Now().Add(-5 * time.Second) // guest clocks start from the host's RTC
@@ -121,14 +147,14 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, n := range nodes {
 		waitDone(t, n, "restored")
 		if id, err := n.BootID(ctx, time.Minute); err != nil || id == bootIDs[n.name] {
-			t.Errorf("%s: boot id %q after the power cut (%v), before %q", n.name, id, err, bootIDs[n.name])
+			t.Errorf("%s: boot id %q after power cut %d (%v), before %q", n.name, id, cut, err, bootIDs[n.name])
 		}
 	}
 	got, err := kube.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
 	if err != nil || got.Data["written"] != cm.Data["written"] {
-		t.Fatalf("the ConfigMap after the power cut: %v %v", got, err)
+		t.Fatalf("the ConfigMap after power cut %d: %v %v", cut, got, err)
 	}
-	checkWholeCluster(t, seg, kube, cfgs["m1"], image, restart)
+	checkWholeCluster(t, seg, kube, m1cfg, image, restart)
 	checkPodNetwork(t, kube, image)
 }
 
