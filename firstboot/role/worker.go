@@ -14,7 +14,8 @@ import (
 )
 
 // workerPhases start the kubelet and wait until the node is Ready, as
-// the kubelet's own credentials see it (a node may read its own Node).
+// the kubelet's own credentials see it (a node may read its own Node);
+// the first time it is, the join is stamped done.
 func (n *Node) workerPhases() []phase {
 	return []phase{
 		{name: "start", run: func(ctx context.Context) error {
@@ -24,6 +25,7 @@ func (n *Node) workerPhases() []phase {
 			return n.startNode(ctx, n.params(etcdmember.Membership{}), allPods)
 		}},
 		{name: "node-ready", run: n.waitReadyAsKubelet},
+		{name: "joined", once: true, run: func(context.Context) error { return nil }},
 	}
 }
 
