@@ -11,7 +11,7 @@ VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
 export KILN_CACHE
 
-.PHONY: all deps kiln image test unit integration qemu-test rebuild-test bench components clean
+.PHONY: all deps kiln image test unit integration qemu-test rebuild-test bench soak components clean
 
 all: image
 
@@ -62,6 +62,12 @@ components: deps
 
 bench: deps bin/kiln
 	bash scripts/bench.sh
+
+# Not in CI (too long for its budget): the cluster scenario beside a
+# nice -n 19 CPU hog, with KILN_POWER_CUTS (default 3) whole-cluster power
+# cuts in a row.
+soak: image
+	bash scripts/soak.sh
 
 clean:
 	rm -rf bin $(OUT)

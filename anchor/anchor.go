@@ -27,6 +27,7 @@ import (
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
@@ -59,13 +60,14 @@ func (h Host) Render(component string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := manifests.Params{Node: *f, Images: cat.Manifests(), EtcdClusterState: "existing"}
-	// An anchored etcd member restarts on its data directory; the
-	// initial-cluster flags are only read on an empty one.
-	p.EtcdInitialCluster = fmt.Sprintf("%s=https://%s:2380", f.Name, f.Address)
-	if f.Role == nodefile.RoleGenesis {
-		p = manifests.GenesisParams(*f, cat.Manifests())
+	// etcd is rendered from the membership the role recorded when the
+	// member was created (never a new cluster once bootstrapped); the
+	// other components do not depend on it.
+	rec, err := etcdmember.Read(h.Root)
+	if err != nil && component == "etcd" {
+		return nil, fmt.Errorf("etcd: %w (the role records it when this master's member is created)", err)
 	}
+	p := manifests.ForNode(*f, cat.Manifests(), rec)
 	for _, pod := range manifests.ControlPlane(p) {
 		if pod.Name == component {
 			return yaml.Marshal(pod)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
 )
 
@@ -30,6 +31,40 @@ func host(t *testing.T) Host {
 	os.MkdirAll(filepath.Join(root, filepath.Dir(catalog.Path)), 0o755)
 	os.WriteFile(filepath.Join(root, catalog.Path), data, 0o644)
 	return Host{Root: root, Log: t.Logf}
+}
+
+// withMembership records m1's etcd member as the role does once the
+// cluster is bootstrapped, with a joined second master.
+func withMembership(t *testing.T, h Host) Host {
+	rec := etcdmember.Genesis("m1", "10.0.0.2")
+	rec.State = etcdmember.StateExisting
+	rec.Peers = append(rec.Peers, etcdmember.Peer{Name: "m2", PeerURL: "https://10.0.0.3:2380"})
+	if err := etcdmember.Write(h.Root, rec); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// The etcd anchor renders from the recorded membership, never a new
+// cluster, and writes nothing before the role recorded one.
+func TestEtcdRendersTheRecordedMembership(t *testing.T) {
+	h := host(t)
+	if wrote, err := h.Keep("etcd"); err == nil || wrote || !strings.Contains(err.Error(), "no etcd membership recorded") {
+		t.Fatalf("no record: wrote=%v err=%v", wrote, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml")); !os.IsNotExist(err) {
+		t.Fatalf("etcd written without a membership record (%v)", err)
+	}
+	withMembership(t, h)
+	if _, err := h.Keep("etcd"); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml"))
+	for _, want := range []string{"--initial-cluster-state=existing", "--initial-cluster=m1=https://10.0.0.2:2380,m2=https://10.0.0.3:2380"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("etcd manifest lacks %s:\n%s", want, data)
+		}
+	}
 }
 
 // An anchor writes a missing or changed manifest and leaves a current one alone.
@@ -61,8 +96,10 @@ func TestKeepWritesOnlyWhatDiffers(t *testing.T) {
 }
 
 func TestCleanupMovesToBackup(t *testing.T) {
-	h := host(t)
-	h.Keep("etcd")
+	h := withMembership(t, host(t))
+	if _, err := h.Keep("etcd"); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 	if err := h.Cleanup(context.Background(), "etcd", now); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 // the Debian package stays installed because docker.io depends on it.
 var hostPrograms = map[string]string{
 	"kubelet":                 "/usr/bin/kubelet",
+	"kubectl":                 "/usr/bin/kubectl",
 	"containerd":              "/usr/bin/containerd",
 	"containerd-shim-runc-v2": "/usr/bin/containerd-shim-runc-v2",
 	"ctr":                     "/usr/bin/ctr",
@@ -319,8 +320,10 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 		}
 		cat.Images = append(cat.Images, im)
 	}
-	// The kiln image runs the anchors and add-on helpers; the pause
-	// image is the same binary as every pod's sandbox process.
+	// The kiln image runs the anchors and add-on helpers, kiln-net among
+	// them, which keeps routes and iptables rules: it carries the node's
+	// ip and nft iptables. The pause image is the same binary alone, as
+	// every pod's sandbox process.
 	kilnTag, err := fileTag(b.opts.KilnBinary)
 	if err != nil {
 		return nil, err
@@ -329,12 +332,21 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 	for _, im := range []struct {
 		role  string
 		entry []string
-	}{{catalog.Kiln, []string{"/kiln"}}, {catalog.Pause, []string{"/kiln", "pause"}}} {
+		net   bool
+	}{{catalog.Kiln, []string{"/kiln"}, true}, {catalog.Pause, []string{"/kiln", "pause"}, false}} {
 		if a, ok := archives[im.role]; ok {
 			cat.Images = append(cat.Images, a)
 			continue
 		}
-		packed, err := b.pack(im.role, "kiln.local/"+im.role+":"+kilnTag, kilnFiles, im.entry)
+		files := kilnFiles
+		if im.net {
+			tools, err := kilnNetFiles(b.rootfs)
+			if err != nil {
+				return nil, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", im.role, err)
+			}
+			files = append(append([]ociimage.File(nil), kilnFiles...), tools...)
+		}
+		packed, err := b.pack(im.role, "kiln.local/"+im.role+":"+kilnTag, files, im.entry)
 		if err != nil {
 			return nil, err
 		}

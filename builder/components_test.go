@@ -67,6 +67,7 @@ func newReleaseFixture(t *testing.T) releaseFixture {
 func (f releaseFixture) build(t *testing.T) *build {
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	os.MkdirAll(rootfs, 0o755)
+	fakeNetRootfs(t, rootfs) // the kiln image carries kiln-net's ip and iptables
 	return &build{opts: Options{KilnBinary: filepath.Join(f.dir, "kiln"), CacheDir: t.TempDir(), Progress: io.Discard}, spec: f.spec,
 		rootfs: rootfs, work: t.TempDir()}
 }

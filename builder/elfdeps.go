@@ -23,6 +23,9 @@ var (
 )
 
 func iptablesFiles(rootfs string) ([]ociimage.File, error) {
+	if err := checkIptablesBackend(rootfs); err != nil {
+		return nil, err
+	}
 	var files []ociimage.File
 	for _, n := range iptablesNames {
 		files = append(files, ociimage.File{Path: "/usr/sbin/" + n, Source: filepath.Join(rootfs, iptablesMulti), Mode: 0o755})
@@ -41,6 +44,73 @@ func iptablesFiles(rootfs string) ([]ociimage.File, error) {
 		return nil, err
 	}
 	for _, l := range libs {
+		src, err := resolveIn(rootfs, l)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, ociimage.File{Path: l, Source: src, Mode: 0o755})
+	}
+	return files, nil
+}
+
+// checkIptablesBackend fails when the root filesystem's iptables (Debian's
+// alternative) is not the nft backend the images carry: the node's rules
+// and the pods' would live in two netfilter worlds that ignore each other.
+func checkIptablesBackend(rootfs string) error {
+	const alt = "/etc/alternatives/iptables"
+	if _, err := os.Lstat(filepath.Join(rootfs, alt)); err != nil {
+		return nil // no alternatives: only the images' iptables
+	}
+	target, err := resolveIn(rootfs, alt)
+	if err != nil {
+		return err
+	}
+	if path.Base(target) != path.Base(iptablesMulti) {
+		return fmt.Errorf("the root filesystem's iptables is %s, not the nft backend (%s) the images use: update-alternatives --set iptables /usr/sbin/iptables-nft",
+			strings.TrimPrefix(target, rootfs), iptablesMulti)
+	}
+	return nil
+}
+
+// ipPaths are where a root filesystem may have iproute2's ip (Debian 12's
+// is /bin/ip; /sbin/ip and /usr/sbin/ip link to it).
+var ipPaths = []string{"/usr/sbin/ip", "/sbin/ip", "/bin/ip", "/usr/bin/ip"}
+
+// kilnNetFiles is what kiln-net needs from the root filesystem in the kiln
+// image: the nft iptables, as kube-proxy's image has it, and iproute2's ip
+// at /usr/sbin/ip, with every shared library they load.
+func kilnNetFiles(rootfs string) ([]ociimage.File, error) {
+	files, err := iptablesFiles(rootfs)
+	if err != nil {
+		return nil, err
+	}
+	ip := ""
+	for _, p := range ipPaths {
+		if _, err := resolveIn(rootfs, p); err == nil {
+			ip = p
+			break
+		}
+	}
+	if ip == "" {
+		return nil, fmt.Errorf("no ip in the root filesystem at %s (is iproute2 installed?)", strings.Join(ipPaths, ", "))
+	}
+	src, err := resolveIn(rootfs, ip)
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Path] = true
+	}
+	files = append(files, ociimage.File{Path: "/usr/sbin/ip", Source: src, Mode: 0o755})
+	libs, err := sharedLibraries(rootfs, []string{ip})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range libs {
+		if have[l] {
+			continue
+		}
 		src, err := resolveIn(rootfs, l)
 		if err != nil {
 			return nil, err

@@ -37,16 +37,9 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 		logf("error: role %s: %s", name, oneLine(err.Error()))
 		return err
 	}
-	st.Role.State, st.Role.Restored = "done", res.Restored
+	st.Role.State, st.Role.Restored = "done", res.How == "restored"
 	writeStatusFile(root, st, logf)
-	how := "bootstrapped"
-	if res.Restored {
-		how = "restored"
-	}
-	if res.Role == nodefile.RoleWorker {
-		how = "kubelet started"
-	}
-	logf("done role=%s (%s in %s)", res.Role, how, time.Since(start).Round(time.Second))
+	logf("done role=%s (%s in %s)", res.Role, res.How, time.Since(start).Round(time.Second))
 	return nil
 }
 

@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// KubernetesCommands are the programs kiln bakes: the kubelet on the host,
+// KubernetesCommands are the programs kiln bakes: the kubelet and kubectl on the host,
 // the rest packed as container images.
-var KubernetesCommands = []string{"kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+var KubernetesCommands = []string{"kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"}
 
 var kubeVersion = regexp.MustCompile(`^v1\.(\d+)\.(\d+)$`)
 

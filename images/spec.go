@@ -117,7 +117,7 @@ type ImageArchive struct {
 
 // Programs each component provides, by name.
 var Programs = map[string][]string{
-	"kubernetes": {"kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"},
+	"kubernetes": {"kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"},
 	"etcd":       {"etcd"},
 	"coredns":    {"coredns"},
 	"containerd": {"containerd", "containerd-shim-runc-v2", "ctr"},

@@ -29,7 +29,9 @@ const (
 //   - kiln-net, the CNI: a DaemonSet of the kiln image that writes each
 //     node's bridge + host-local conflist from the pod CIDR the
 //     controller-manager gave the Node (the reference plugins baked into
-//     the image do the work; no overlay, since kiln's nodes share L2);
+//     the image do the work), and keeps the routes to the other nodes' pod
+//     CIDRs and the forwarding and masquerading rules (no overlay, since
+//     kiln's nodes share L2);
 //   - kube-proxy (iptables mode, the node's nft-backed iptables);
 //   - cluster DNS: CoreDNS answering cluster.local at the clusterDNS address;
 //   - the anchors (see Anchors).
@@ -134,9 +136,17 @@ func hostMount(spec *corev1.PodSpec, name, path string, readOnly bool, kind core
 // CNIConfDir is where kiln-net writes the node's conflist.
 const CNIConfDir = "/etc/cni/net.d"
 
+// kilnNet keeps each node's conflist, its routes to the other nodes' pod
+// CIDRs and its iptables rules for the cluster pod CIDR (see package
+// kilnnet): on the host network, with NET_ADMIN and NET_RAW rather than
+// privileged, and the host's xtables lock shared with kube-proxy.
 func kilnNet(p Params) []runtime.Object {
-	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{"/kiln", "net", "--server", apiServerURL(p)}, false)
-	hostMount(&ds.Spec.Template.Spec, "cni", CNIConfDir, false, corev1.HostPathDirectoryOrCreate)
+	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{"/kiln", "net", "--server", apiServerURL(p),
+		"--cluster-cidr=" + p.Node.Cluster.PodCIDR}, false)
+	spec := &ds.Spec.Template.Spec
+	spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}}
+	hostMount(spec, "cni", CNIConfDir, false, corev1.HostPathDirectoryOrCreate)
+	hostMount(spec, "xtables-lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate)
 	return []runtime.Object{
 		serviceAccount("kiln-net"),
 		clusterRole("kiln:net", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}),

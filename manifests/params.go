@@ -6,8 +6,7 @@
 package manifests
 
 import (
-	"fmt"
-
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -36,21 +35,23 @@ type Images struct {
 type Params struct {
 	Node   nodefile.NodeFile
 	Images Images
-	// EtcdInitialCluster and EtcdClusterState are set by the role: a
-	// genesis node starts a new single-member cluster, a joining master
-	// lists the members it joins.
+	// EtcdInitialCluster and EtcdClusterState come from the node's etcd
+	// membership record: a genesis node starts a new cluster of one, a
+	// joining master lists the members its learner add returned.
 	EtcdInitialCluster string
 	EtcdClusterState   string // "new" or "existing"
 }
 
-// GenesisParams are the parameters of the genesis node: a new etcd
-// cluster of itself.
+// ForNode are the parameters of node n's manifests, with its etcd
+// membership record (the zero record for a node without a member).
+func ForNode(n nodefile.NodeFile, img Images, m etcdmember.Membership) Params {
+	return Params{Node: n, Images: img, EtcdInitialCluster: m.InitialCluster(), EtcdClusterState: m.State}
+}
+
+// GenesisParams are the parameters of a genesis node before it
+// bootstrapped: a new etcd cluster of itself.
 func GenesisParams(n nodefile.NodeFile, img Images) Params {
-	return Params{
-		Node: n, Images: img,
-		EtcdInitialCluster: fmt.Sprintf("%s=https://%s:2380", n.Name, n.Address),
-		EtcdClusterState:   "new",
-	}
+	return ForNode(n, img, etcdmember.Genesis(n.Name, n.Address))
 }
 
 func pki(name string) string        { return PKIDir + "/" + name }

@@ -62,8 +62,11 @@ func Etcd(p Params) *corev1.Pod {
 		{"peer-trusted-ca-file", pki("etcd/ca.crt")},
 		{"peer-client-cert-auth", "true"},
 		{"snapshot-count", "10000"},
+		{"heartbeat-interval", millis(timing(p).EtcdHeartbeat)},
+		{"election-timeout", millis(timing(p).EtcdElection)},
 	}
 	pod := staticPod("etcd", p.Images.Etcd, command("etcd", flags), httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP))
+	startupProbe(pod, timing(p))
 	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
 	return pod
@@ -103,6 +106,7 @@ func APIServer(p Params) *corev1.Pod {
 		{"requestheader-username-headers", "X-Remote-User"},
 	}
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
+	startupProbe(pod, timing(p))
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
 	return pod
 }
@@ -111,7 +115,7 @@ func APIServer(p Params) *corev1.Pod {
 // CA and allocates pod CIDRs; it reaches the apiservers through the
 // discovery name like everything else.
 func ControllerManager(p Params) *corev1.Pod {
-	c := p.Node.Cluster
+	c, t := p.Node.Cluster, timing(p)
 	kc := kubeconfig("controller-manager")
 	flags := []arg{
 		{"kubeconfig", kc},
@@ -119,6 +123,9 @@ func ControllerManager(p Params) *corev1.Pod {
 		{"authorization-kubeconfig", kc},
 		{"bind-address", "127.0.0.1"},
 		{"leader-elect", "true"},
+		{"leader-elect-lease-duration", seconds(t.LeaseDuration)},
+		{"leader-elect-renew-deadline", seconds(t.RenewDeadline)},
+		{"leader-elect-retry-period", seconds(t.RetryPeriod)},
 		{"cluster-name", c.Name},
 		{"client-ca-file", pki("ca.crt")},
 		{"requestheader-client-ca-file", pki("front-proxy-ca.crt")},
@@ -133,6 +140,7 @@ func ControllerManager(p Params) *corev1.Pod {
 		{"service-cluster-ip-range", c.ServiceCIDR},
 	}
 	pod := staticPod("kube-controller-manager", p.Images.ControllerManager, command("kube-controller-manager", flags), httpProbe("/healthz", 10257, corev1.URISchemeHTTPS))
+	startupProbe(pod, t)
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
 	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
 	return pod
@@ -140,15 +148,19 @@ func ControllerManager(p Params) *corev1.Pod {
 
 // Scheduler is the node's kube-scheduler.
 func Scheduler(p Params) *corev1.Pod {
-	kc := kubeconfig("scheduler")
+	kc, t := kubeconfig("scheduler"), timing(p)
 	flags := []arg{
 		{"kubeconfig", kc},
 		{"authentication-kubeconfig", kc},
 		{"authorization-kubeconfig", kc},
 		{"bind-address", "127.0.0.1"},
 		{"leader-elect", "true"},
+		{"leader-elect-lease-duration", seconds(t.LeaseDuration)},
+		{"leader-elect-renew-deadline", seconds(t.RenewDeadline)},
+		{"leader-elect-retry-period", seconds(t.RetryPeriod)},
 	}
 	pod := staticPod("kube-scheduler", p.Images.Scheduler, command("kube-scheduler", flags), httpProbe("/livez", 10259, corev1.URISchemeHTTPS))
+	startupProbe(pod, t)
 	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
 	return pod
 }
@@ -167,9 +179,9 @@ func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1
 			PriorityClassName: "system-node-critical",
 			// The components reach the apiservers through the discovery
 			// name, which only the node-local CoreDNS answers.
-			DNSPolicy: corev1.DNSNone,
-			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}},
-			SecurityContext:   &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			DNSPolicy:       corev1.DNSNone,
+			DNSConfig:       &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}},
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
 				Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -181,12 +193,31 @@ func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1
 	}
 }
 
+// httpProbe is a liveness probe: eight failures in a row, 80 s at the
+// least, restart the container. It has no initial delay because it only
+// runs once the startup probe has succeeded.
 func httpProbe(path string, port int, scheme corev1.URIScheme) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Host: "127.0.0.1", Path: path, Port: intstr.FromInt32(int32(port)), Scheme: scheme,
 		}},
-		InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
+		PeriodSeconds: int32(probePeriod.Seconds()), TimeoutSeconds: 15, FailureThreshold: 8,
+	}
+}
+
+// startupProbe gives the pod's container a startup probe on the same
+// endpoint as its liveness probe, allowing the profile's startup time:
+// a slow start is waited for instead of killed by the liveness probe and
+// begun again. A container without a liveness probe gets none.
+func startupProbe(pod *corev1.Pod, t Timing) {
+	c := &pod.Spec.Containers[0]
+	if c.LivenessProbe == nil {
+		return
+	}
+	c.StartupProbe = &corev1.Probe{
+		ProbeHandler:  *c.LivenessProbe.ProbeHandler.DeepCopy(),
+		PeriodSeconds: int32(probePeriod.Seconds()), TimeoutSeconds: c.LivenessProbe.TimeoutSeconds,
+		FailureThreshold: t.startupFailures(),
 	}
 }
 

@@ -56,7 +56,7 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 		}
 		res.Nodes = append(res.Nodes, filepath.Join(out, rel))
 	}
-	admin, err := Kubeconfig(s, st, AdminServer(s), "admin")
+	admin, err := AdminKubeconfigFor(s, st)
 	if err != nil {
 		return res, fmt.Errorf("admin kubeconfig: %w", err)
 	}

@@ -326,7 +326,9 @@ func TestConfigContents(t *testing.T) {
 	}
 }
 
-func TestAdminKubeconfigReachesGenesis(t *testing.T) {
+// The operator's kubeconfig works as written: a context per master at
+// its address, checking the certificate for the discovery name.
+func TestAdminKubeconfigHasAContextPerMaster(t *testing.T) {
 	s := exampleSite(t)
 	st := freshPKI(t, s)
 	out := filepath.Join(t.TempDir(), "site")
@@ -337,8 +339,18 @@ func TestAdminKubeconfigReachesGenesis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kc.Clusters[s.Cluster.Name].Server; got != "https://192.168.10.11:6443" {
-		t.Errorf("admin server %s", got)
+	if kc.CurrentContext != "admin@"+s.Cluster.Name+"-"+s.Masters()[0].Name {
+		t.Errorf("current context %s, want the genesis node's", kc.CurrentContext)
+	}
+	if len(kc.Contexts) != len(s.Masters()) {
+		t.Errorf("%d contexts for %d masters", len(kc.Contexts), len(s.Masters()))
+	}
+	for _, m := range s.Masters() {
+		c := kc.Clusters[kc.Contexts["admin@"+s.Cluster.Name+"-"+m.Name].Cluster]
+		want := "https://" + m.IP().String() + ":6443"
+		if c == nil || c.Server != want || c.TLSServerName != s.Cluster.DiscoveryName {
+			t.Errorf("master %s: cluster %+v, want server %s checked for %s", m.Name, c, want, s.Cluster.DiscoveryName)
+		}
 	}
 	fi, _ := os.Stat(filepath.Join(out, AdminKubeconfig))
 	if fi.Mode().Perm() != 0o600 {

@@ -33,6 +33,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
 			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
 			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
+			Timing: c.Timing,
 		},
 	}
 	if ip := n.IP(); ip.IsValid() {

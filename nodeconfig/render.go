@@ -162,10 +162,31 @@ func Kubeconfig(s *site.Site, st pki.Store, server, stem string) ([]byte, error)
 	return clientcmd.Write(*cfg)
 }
 
-// AdminServer is the address admin.kubeconfig uses from the operator's
-// machine: the genesis node's own address (in every apiserver
-// certificate), since the discovery name resolves only on the nodes.
-func AdminServer(s *site.Site) string {
-	g := s.Masters()[0].IP()
-	return "https://" + netip.AddrPortFrom(g, uint16(s.Cluster.APIServerPort)).String()
+// AdminKubeconfigFor is the operator's kubeconfig: one context per
+// master (admin@<cluster>-<master>), each reaching that master's
+// address and checking its certificate for the discovery name, which
+// every apiserver certificate carries and which only the nodes resolve.
+// The current context is the genesis node's; when a master is down,
+// `kubectl --context admin@<cluster>-<other master>` reaches another.
+func AdminKubeconfigFor(s *site.Site, st pki.Store) ([]byte, error) {
+	ca, err := st.Cert(pki.KubernetesCA.Stem)
+	if err != nil {
+		return nil, err
+	}
+	p, err := st.Pair("admin")
+	if err != nil {
+		return nil, err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: p.Cert, ClientKeyData: p.Key}
+	for i, m := range s.Masters() {
+		name := s.Cluster.Name + "-" + m.Name
+		server := "https://" + netip.AddrPortFrom(m.IP(), uint16(s.Cluster.APIServerPort)).String()
+		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, TLSServerName: s.Cluster.DiscoveryName, CertificateAuthorityData: ca}
+		cfg.Contexts["admin@"+name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "admin"}
+		if i == 0 {
+			cfg.CurrentContext = "admin@" + name
+		}
+	}
+	return clientcmd.Write(*cfg)
 }

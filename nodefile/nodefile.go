@@ -59,6 +59,9 @@ type ClusterParams struct {
 	NodeLocalDNS      string   `json:"nodeLocalDNS"`
 	UpstreamDNS       []string `json:"upstreamDNS,omitempty"`
 	NTPServers        []string `json:"ntpServers,omitempty"`
+	// Timing is the site's timing profile (site.Timings); empty in node
+	// files written before it existed, which means the default.
+	Timing string `json:"timing,omitempty"`
 }
 
 // Taint is a Kubernetes node taint.

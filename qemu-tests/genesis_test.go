@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -13,27 +12,15 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
-const (
-	genesisDone  = `kiln-firstboot: done role=genesis`
-	genesisEnded = genesisDone + `|kiln-firstboot: error`
-	// genesisBoot bounds a genesis boot under TCG: image import, etcd,
-	// the control plane, add-ons and the validation pod.
-	genesisBoot = 30 * time.Minute
-	// kubeSystemPods: etcd, apiserver, controller-manager, scheduler,
-	// node DNS, kiln-net, kube-proxy, coredns, 4 anchors + discovery anchor.
-	kubeSystemPods = 13
-	serviceName    = "kubernetes.default.svc.cluster.local"
-)
+const serviceName = "kubernetes.default.svc.cluster.local"
 
 func configs(t *testing.T, siteYAML string) map[string][]byte {
 	t.Helper()
@@ -44,92 +31,12 @@ func configs(t *testing.T, siteYAML string) map[string][]byte {
 	return cfgs
 }
 
+// eventually fails the test unless check passes within bound.
 func eventually(t *testing.T, what string, bound time.Duration, check func() error) {
 	t.Helper()
-	if err := cluster.Eventually(context.Background(), bound, check); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// checkCluster asserts what an operator would look at first: the node is
-// Ready, every kube-system pod runs, and a pod resolves the kubernetes
-// service through cluster DNS and its logs read back.
-func checkCluster(t *testing.T, kube kubernetes.Interface, image string, since time.Time) {
-	t.Helper()
-	ctx := context.Background()
-	eventually(t, "node g1 Ready", 5*time.Minute, func() error { return cluster.NodeReady(ctx, kube, "g1", since) })
-	eventually(t, "every kube-system pod Running", 10*time.Minute, func() error { return cluster.KubeSystemRunning(ctx, kube, kubeSystemPods, since) })
-	logs, err := cluster.DNSCheck(ctx, kube, image, serviceName)
-	if err != nil || !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
-		t.Fatalf("DNS check pod: %v, logs %q", err, logs)
-	}
-}
-
-// Genesis scenarios 1 and 2: the default ISO with a genesis config from
-// kiln gen becomes a one-node cluster that the host reaches through
-// hostfwd; after a ConfigMap is written the VM loses power and boots
-// again with no config attached, and the cluster comes back by itself.
-func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
-	out := outDir(t)
-	dir := logDir(t, out)
-	image, err := cluster.KilnImage(out)
-	if err != nil {
+	if err := clustercheck.Wait(context.Background(), what, bound, t.Logf, func(context.Context) error { return check() }); err != nil {
 		t.Fatal(err)
 	}
-	cfgs := configs(t, cluster.GenesisSite(false))
-	cfgs["g1"] = withDockerProbe(t, cfgs["g1"], image)
-	disk := filepath.Join(dir, "state.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
-	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := startVM(t, vm.Config{Name: "genesis", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MemoryMiB: 3072, CPUs: 2, MAC: cluster.GenesisMAC,
-		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}},
-		HostFwd: []string{fmt.Sprintf("tcp:127.0.0.1:%d-10.0.2.50:6443", port)}, Ignition: cfgs["g1"]})
-	ctx := context.Background()
-	line, err := v.WaitLine(ctx, mustRe(genesisEnded), genesisBoot)
-	if err != nil || !strings.Contains(line, genesisDone) {
-		t.Fatalf("genesis: %q %v", line, err)
-	}
-	t.Logf("boot 1: %s (%s after power-on)", line, v.Uptime().Round(time.Second))
-	expectFields(t, waitLine(t, v, `probe: docker=`), map[string]string{"docker": "ok"})
-	kube, err := cluster.HostClient(cfgs["g1"], port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the cluster when the test failed:\n%s", cluster.Describe(context.Background(), kube))
-		}
-	})
-	checkCluster(t, kube, image, time.Time{})
-
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survives-power-cut"}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
-	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The apiserver answered after etcd committed (and fsynced) the write:
-	// the plug is pulled at once.
-	v.PowerCut()
-	v.Ignition = nil
-	restart := time.Now().Add(-5 * time.Second) // the guest clock starts from the host's RTC
-	if err := v.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	line, err = v.WaitLine(ctx, mustRe(genesisEnded), genesisBoot)
-	if err != nil || !strings.Contains(line, "restored") {
-		t.Fatalf("after the power cut: %q %v", line, err)
-	}
-	t.Logf("boot 2: %s (%s after power-on)", line, v.Uptime().Round(time.Second))
-	if src, ok := v.Find(mustRe(`kiln-firstboot: done source=`)); !ok || !strings.Contains(src, "source=state") {
-		t.Errorf("boot 2 config source: %q, want the state partition", src)
-	}
-	got, err := kube.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
-	if err != nil || got.Data["written"] != cm.Data["written"] {
-		t.Fatalf("the ConfigMap after the power cut: %v %v", got, err)
-	}
-	checkCluster(t, kube, image, restart)
 }
 
 // withDockerProbe adds a unit that loads the baked kiln image into Docker
@@ -165,8 +72,9 @@ func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
 
 // Genesis scenario 3: a genesis config for a site whose other master
 // already runs etcd (a real etcd on the host, reached as 10.0.2.2, with
-// that master's certificate) refuses to bootstrap and says why.
-func TestGenesisRefusesWhenEtcdAnswers(t *testing.T) {
+// that master's certificate) never bootstraps a second cluster: it says
+// the cluster exists and turns to the master join.
+func TestGenesisJoinsWhenItsClusterExists(t *testing.T) {
 	out := outDir(t)
 	dir := logDir(t, out)
 	cfgs := configs(t, cluster.GenesisSite(true))
@@ -210,12 +118,12 @@ func TestGenesisRefusesWhenEtcdAnswers(t *testing.T) {
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
 	v := startVM(t, vm.Config{Name: "refuse", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MAC: cluster.GenesisMAC,
 		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: cfgs["g1"]})
-	line := waitLine(t, v, `kiln-firstboot: (done role=|error: role)`)
-	if !strings.Contains(line, "refusing to bootstrap: etcd already answers at master m2 (10.0.2.2:2379)") {
-		t.Fatalf("got %q, want the refusal", line)
+	line := waitLine(t, v, `genesis: cluster already exists|kiln-firstboot: (done role=|error: role)|bootstrapping is safe`)
+	if !strings.Contains(line, "genesis: cluster already exists (m2 answers); joining as a master") {
+		t.Fatalf("got %q, want the genesis node to join the existing cluster", line)
 	}
-	if l, ok := v.Find(mustRe(`node files written|kubelet started`)); ok {
-		t.Errorf("the refusing node changed something: %q", l)
+	if l, ok := v.Find(mustRe(`bootstrapping is safe|done role=genesis`)); ok {
+		t.Errorf("the genesis node of an existing cluster bootstrapped: %q", l)
 	}
 }
 

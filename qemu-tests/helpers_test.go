@@ -51,7 +51,9 @@ func startVM(t *testing.T, cfg vm.Config) *vm.VM {
 	if cfg.MemoryMiB == 0 {
 		cfg.MemoryMiB = 1536
 	}
-	cfg.CPUs = 2
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 2
+	}
 	v, err := vm.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

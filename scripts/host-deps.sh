@@ -11,6 +11,7 @@ pkgs=(
   mtools dosfstools e2fsprogs gdisk fdisk      # ESP and partition tools
   qemu-system-x86 qemu-utils ovmf ipxe-qemu    # QEMU boots (BIOS, UEFI, PXE)
   systemd-container cpio zstd                  # nspawn tests, initramfs tools
+  iproute2 iptables                            # kiln-net's real test in a throwaway namespace
 )
 
 missing=()

@@ -51,6 +51,9 @@ type Cluster struct {
 	NTPServers        []string     `json:"ntpServers,omitempty"`
 	SSHAuthorizedKeys []string     `json:"sshAuthorizedKeys,omitempty"`
 	Certificates      Certificates `json:"certificates,omitempty"`
+	// Timing is the control plane's timing profile, TimingDefault or
+	// TimingSlow (docs/timing.md).
+	Timing string `json:"timing,omitempty"`
 }
 
 // Certificates sets the lifetimes of what kiln issues, as durations
@@ -86,6 +89,17 @@ type Taint struct {
 	Effect string `json:"effect"`
 }
 
+// Timing profiles: how patient the control plane is with its own
+// members. Every master renders the same profile, so etcd's heartbeat
+// and election timeout match across members.
+const (
+	TimingDefault = "default" // Kubernetes' and etcd's own defaults
+	TimingSlow    = "slow"    // loaded, small or emulated machines: slower failover, no restarts of slow starts
+)
+
+// Timings lists the valid values of cluster.timing.
+var Timings = []string{TimingDefault, TimingSlow}
+
 // Defaults for fields an operator may leave out.
 const (
 	DefaultDomain        = "cluster.local"
@@ -93,6 +107,7 @@ const (
 	DefaultDiscoveryName = "kube-apiserver.kiln.internal"
 	DefaultCAValidity    = "87600h" // 10 years
 	DefaultLeafValidity  = "8760h"  // 1 year
+	DefaultTiming        = TimingDefault
 )
 
 // Load reads, defaults and validates the site file at path. A problem in
@@ -136,6 +151,9 @@ func (s *Site) setDefaults() {
 	}
 	if c.Certificates.LeafValidity == "" {
 		c.Certificates.LeafValidity = DefaultLeafValidity
+	}
+	if c.Timing == "" {
+		c.Timing = DefaultTiming
 	}
 }
 

@@ -46,6 +46,7 @@ nodes:
 		{"discoveryName", c.DiscoveryName, DefaultDiscoveryName},
 		{"caValidity", c.Certificates.CAValidity, DefaultCAValidity},
 		{"leafValidity", c.Certificates.LeafValidity, DefaultLeafValidity},
+		{"timing", c.Timing, DefaultTiming},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s defaulted to %q, want %q", tc.field, tc.got, tc.want)
@@ -53,6 +54,29 @@ nodes:
 	}
 	if c.APIServerPort != DefaultAPIServerPort {
 		t.Errorf("apiServerPort defaulted to %d", c.APIServerPort)
+	}
+}
+
+// Every profile name loads as written; leaving it out means the default.
+func TestTimingProfiles(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"", TimingDefault},
+		{"timing: default", TimingDefault},
+		{"timing: slow", TimingSlow},
+	} {
+		s, err := Parse("timing.yaml", []byte(`apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12, `+tc.set+`}
+nodes:
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+`))
+		if err != nil {
+			t.Errorf("%q: %v", tc.set, err)
+			continue
+		}
+		if s.Cluster.Timing != tc.want {
+			t.Errorf("%q: timing %q, want %q", tc.set, s.Cluster.Timing, tc.want)
+		}
 	}
 }
 

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,9 +17,9 @@ import (
 	"github.com/kiln-project/kiln/anchor"
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/firstboot"
-	"github.com/kiln-project/kiln/internal/clustercheck"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/netcheck"
 )
 
 // The subcommands below run on nodes: in the image's units and in the
@@ -83,15 +83,36 @@ state partition).`,
 }
 
 func newNetCmd() *cobra.Command {
-	var server, dir string
+	var server, dir, clusterCIDR string
+	var interval time.Duration
 	cmd := &cobra.Command{
-		Use:   "net",
-		Short: "kiln-net: keep this node's CNI configuration matching its pod CIDR (DaemonSet)",
-		Args:  cobra.NoArgs,
+		Use:   "net --server URL --cluster-cidr CIDR",
+		Short: "kiln-net: keep this node's CNI configuration, pod routes and pod forwarding rules (DaemonSet)",
+		Long: `kiln-net, the kiln-net DaemonSet's container (host network, NODE_NAME set from
+spec.nodeName). On this node it keeps, every --interval and on every Node event:
+
+  - the CNI configuration (--conf-dir/` + kilnnet.ConfName + `): bridge kiln0 with
+    host-local IPAM on the pod CIDR the controller-manager gave this Node; the
+    bridge does not masquerade;
+  - one route per other Node's pod CIDR (inside --cluster-cidr) via that Node's
+    InternalIP, with route protocol 0x4b (75); it removes only routes of that
+    protocol, when their Node is gone: an operator's routes are never touched;
+  - iptables (the nft backend, as the node's): chain KILN-FORWARD accepting
+    forwarding from and to --cluster-cidr, jumped to from the first rule of
+    FORWARD (put back first when Docker or anything inserts above it), and chain
+    KILN-POSTROUTING (nat) masquerading only traffic from --cluster-cidr that
+    leaves it, so pods on different nodes see each other's addresses.
+
+When it stops it leaves the routes and rules in place for the running pods.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			node := os.Getenv("NODE_NAME")
 			if node == "" {
 				return usageError{fmt.Errorf("NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)")}
+			}
+			cidr, err := netip.ParsePrefix(clusterCIDR)
+			if err != nil {
+				return usageError{fmt.Errorf("--cluster-cidr: %w", err)}
 			}
 			kube, err := inClusterVia(server)
 			if err != nil {
@@ -100,27 +121,28 @@ func newNetCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
-			return kilnnet.Run(ctx, kube, node, dir, 30*time.Second, logf)
+			return kilnnet.Run(ctx, kilnnet.Config{Kube: kube, Node: node, ConfDir: dir, ClusterCIDR: cidr, Interval: interval,
+				Routes: kilnnet.IPRoutes{IPv6: cidr.Addr().Is6()}, Firewall: kilnnet.Iptables{}, Log: logf})
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name)")
 	cmd.Flags().StringVar(&dir, "conf-dir", manifests.CNIConfDir, "CNI configuration directory")
+	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "the cluster pod CIDR (the site's podCIDR): routed between nodes, accepted in FORWARD, masqueraded only when leaving it")
+	cmd.Flags().DurationVar(&interval, "interval", 30*time.Second, "how often to re-check the configuration, routes and rules")
 	cmd.MarkFlagRequired("server")
+	cmd.MarkFlagRequired("cluster-cidr")
 	return cmd
 }
 
 func newCheckCmd() *cobra.Command {
-	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster"}
+	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster (the kiln image)"}
 	var retry time.Duration
 	dns := &cobra.Command{
 		Use:   "dns NAME",
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stderr := cmd.ErrOrStderr()
-			d := clustercheck.DNS{Resolver: net.DefaultResolver, Retry: retry, Attempt: 5 * time.Second, Interval: 2 * time.Second,
-				Log: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }}
-			addrs, err := d.Resolve(cmd.Context(), args[0])
+			addrs, err := netcheck.Resolve(cmd.Context(), args[0], retry, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -128,8 +150,37 @@ func newCheckCmd() *cobra.Command {
 			return nil
 		},
 	}
-	dns.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
-	check.AddCommand(dns)
+	httpGet := &cobra.Command{
+		Use:   "http URL...",
+		Short: "GET each URL and print its answer (\"got URL: body\")",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, u := range args {
+				body, err := netcheck.Get(cmd.Context(), u, retry, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "got %s: %s\n", u, body)
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{dns, httpGet} {
+		c.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
+	}
+	var listen string
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Answer every HTTP request with this pod's host name and the caller's address as seen here",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return netcheck.Serve(ctx, listen)
+		},
+	}
+	serve.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
+	check.AddCommand(dns, httpGet, serve)
 	return check
 }
 
@@ -195,7 +246,14 @@ apiservers from the kubernetes Endpoints; it never writes an empty zone.`,
 					return err
 				}
 			}
-			return h.Run(ctx, component, kube, 30*time.Second)
+			// A master that goes down leaves the kubernetes Endpoints within
+			// its endpoint lease (15 s); the discovery anchor looks every
+			// 10 s, so it leaves every node's answer well within a minute.
+			interval := 30 * time.Second
+			if component == anchor.Discovery {
+				interval = 10 * time.Second
+			}
+			return h.Run(ctx, component, kube, interval)
 		},
 	}
 	cmd.Flags().StringVar(&component, "component", "", "the anchored component")

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/manifests"
@@ -46,7 +48,7 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
 	// The apiserver as its static pod runs it, on the test's ports and paths.
-	cmd := manifests.APIServer(n.params()).Spec.Containers[0].Command
+	cmd := manifests.APIServer(n.params(etcdmember.Genesis("g1", n.file.Address))).Spec.Containers[0].Command
 	var args []string
 	for _, a := range cmd[1:] {
 		a = strings.ReplaceAll(a, nodefile.PKIDir, filepath.Join(root, nodefile.PKIDir))
@@ -77,11 +79,12 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := c.waitHealthy(ctx, 3*time.Minute); err != nil {
+	ready := func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, c.kube) }
+	if err := clustercheck.Wait(ctx, "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := c.applyAddOns(ctx, n.params()); err != nil {
+		if err := c.applyAddOns(ctx, n.params(etcdmember.Membership{})); err != nil {
 			t.Fatalf("apply %d: %v", i+1, err)
 		}
 	}

@@ -1,9 +1,14 @@
 package role
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,22 +26,29 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
-// cluster is the genesis node's admin access to its own apiserver,
-// through the discovery name like every other client.
+// cluster is a master's admin access to the apiservers.
 type cluster struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	log  func(format string, args ...any)
 }
 
-func (n *Node) client() (*cluster, error) {
+// client is the admin client through the discovery name, like every
+// other client; with an address, it talks to that master's apiserver
+// only (its certificate names the address too).
+func (n *Node) client(address string) (*cluster, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.KubeconfigDir+"/admin.conf"))
 	if err != nil {
 		return nil, fmt.Errorf("the admin kubeconfig: %w", err)
+	}
+	if address != "" {
+		cfg.Host = "https://" + net.JoinHostPort(address, strconv.Itoa(n.file.Cluster.APIServerPort))
 	}
 	cfg.Timeout = 30 * time.Second
 	return newCluster(cfg, n.Log)
@@ -52,50 +64,6 @@ func newCluster(cfg *rest.Config, log func(string, ...any)) (*cluster, error) {
 		return nil, err
 	}
 	return &cluster{kube: kube, dyn: dyn, log: log}, nil
-}
-
-// poll calls try every interval until it reports done, an error that is
-// final, or the bound passes; it says what it waits for every 30 s.
-func (c *cluster) poll(ctx context.Context, what string, bound time.Duration, try func(context.Context) (bool, error)) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	var last error
-	lastReport := start
-	for {
-		done, err := try(ctx)
-		if done {
-			c.log("%s: after %s", what, time.Since(start).Round(time.Second))
-			return nil
-		}
-		last = err
-		if time.Since(lastReport) >= 30*time.Second {
-			lastReport = time.Now()
-			c.log("waiting for %s (%s so far; last: %v)", what, time.Since(start).Round(time.Second), oneLine(last))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: gave up after %s: %v", what, bound, oneLine(last))
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func oneLine(err error) string {
-	if err == nil {
-		return "not yet"
-	}
-	return strings.Join(strings.Fields(err.Error()), " ")
-}
-
-func (c *cluster) waitHealthy(ctx context.Context, bound time.Duration) error {
-	return c.poll(ctx, "apiserver healthy", bound, func(ctx context.Context) (bool, error) {
-		body, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err != nil {
-			return false, err
-		}
-		return bytes.Equal(bytes.TrimSpace(body), []byte("ok")), fmt.Errorf("readyz: %s", body)
-	})
 }
 
 // resources maps the kinds kiln applies to their API resources: the
@@ -131,41 +99,19 @@ func (c *cluster) applyAddOns(ctx context.Context, p manifests.Params) error {
 			ri = c.dyn.Resource(r.gvr).Namespace(u.GetNamespace())
 		}
 		what := fmt.Sprintf("apply %s %s", u.GetKind(), u.GetName())
-		var final error
-		err = c.quietPoll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		err = clustercheck.Wait(ctx, what, 2*time.Minute, nil, func(ctx context.Context) error {
 			_, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manifests.FieldOwner, Force: true})
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-				final = err // retrying cannot fix the object
-				return true, nil
+				return clustercheck.Final(err) // retrying cannot fix the object
 			}
-			return err == nil, err
+			return err
 		})
-		if final != nil {
-			err = final
-		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
 		}
 	}
 	c.log("add-ons applied: %d objects (kiln-net CNI, kube-proxy, cluster DNS, anchors)", len(objs))
 	return nil
-}
-
-// quietPoll is poll without progress lines, for short retried calls.
-func (c *cluster) quietPoll(ctx context.Context, bound time.Duration, try func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	for {
-		done, err := try(ctx)
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gave up after %s: %v", bound, oneLine(err))
-		case <-time.After(2 * time.Second):
-		}
-	}
 }
 
 func toUnstructured(o runtime.Object) (*unstructured.Unstructured, error) {
@@ -180,87 +126,85 @@ func toUnstructured(o runtime.Object) (*unstructured.Unstructured, error) {
 	return u, nil
 }
 
-// labelNode marks the genesis node a master: the label the anchors and
-// later the master role select.
-func (c *cluster) labelNode(ctx context.Context, name string, bound time.Duration) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"",%q:"master"}}}`, manifests.MasterLabel, manifests.RoleLabel)
-	return c.poll(ctx, "node "+name+" registered and labelled", bound, func(ctx context.Context) (bool, error) {
-		_, err := c.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: manifests.FieldOwner})
-		return err == nil, err
-	})
-}
-
-// waitNodeReady waits for the node's Ready condition reported by this
-// boot's kubelet: after a power cut the stored condition still says Ready
-// until the node controller notices, so a heartbeat from before since
-// does not count.
-func (c *cluster) waitNodeReady(ctx context.Context, name string, since time.Time, bound time.Duration) error {
-	return c.poll(ctx, "node "+name+" Ready", bound, func(ctx context.Context) (bool, error) {
-		node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+// labelNode marks a node a master (the label the anchors select) and
+// applies its site labels and taints.
+func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]string, taints []corev1.Taint, bound time.Duration) error {
+	all := map[string]string{manifests.MasterLabel: "", manifests.RoleLabel: "master"}
+	maps.Copy(all, labels)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": all}})
+	if err != nil {
+		return err
+	}
+	return clustercheck.Wait(ctx, "node "+name+" registered and labelled", bound, c.log, func(ctx context.Context) error {
+		node, err := c.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner})
+		if err != nil || len(taints) == 0 {
+			return err
 		}
-		for _, cond := range node.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				fresh := !cond.LastHeartbeatTime.Time.Before(since.Add(-time.Second))
-				return cond.Status == corev1.ConditionTrue && fresh, fmt.Errorf("Ready=%s (heartbeat %s): %s", cond.Status, cond.LastHeartbeatTime.UTC().Format(time.RFC3339), cond.Message)
+		for _, t := range taints {
+			if !slices.ContainsFunc(node.Spec.Taints, func(h corev1.Taint) bool { return h.MatchTaint(&t) }) {
+				node.Spec.Taints = append(node.Spec.Taints, t)
 			}
 		}
-		return false, fmt.Errorf("no Ready condition yet")
+		_, err = c.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: manifests.FieldOwner})
+		return err
 	})
 }
 
-// validate runs a pod of the kiln image that resolves the kubernetes
+// validatePod runs a pod of the kiln image that resolves the kubernetes
 // service through cluster DNS, and reads its logs back: scheduling, the
 // CNI, kube-proxy, cluster DNS and the kubelet's log access all work.
-func (c *cluster) validate(ctx context.Context, image, domain string, bound time.Duration) error {
+func (c *cluster) validatePod(ctx context.Context, image, domain string, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kiln-validate", Namespace: "default", Labels: map[string]string{"app.kubernetes.io/managed-by": "kiln"}},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{Name: "dns", Image: image, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/kiln", "check", "dns", "--retry", "60s", name}}},
-		},
-	}
-	pods := c.kube.CoreV1().Pods("default")
-	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{})
-	err := c.quietPoll(ctx, bound, func(ctx context.Context) (bool, error) {
-		_, err := pods.Create(ctx, pod, metav1.CreateOptions{FieldManager: manifests.FieldOwner})
-		return err == nil, err
-	})
+	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", "60s", name)
+	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
-		return fmt.Errorf("creating the validation pod: %w", err)
+		return fmt.Errorf("validation pod: %w", err)
 	}
-	var phase corev1.PodPhase
-	err = c.poll(ctx, "validation pod kiln-validate finished", bound, func(ctx context.Context) (bool, error) {
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, fmt.Errorf("phase %s on %q", phase, p.Spec.NodeName)
-	})
-	if err != nil {
-		return err
+	phase := ended.Status.Phase
+	if phase != corev1.PodSucceeded || !strings.Contains(logs, "resolved "+name) {
+		return fmt.Errorf("validation pod %s: %s", phase, clustercheck.OneLine(errors.New(logs)))
 	}
-	logs, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the validation pod's logs: %w", err)
-	}
-	if phase != corev1.PodSucceeded || !strings.Contains(string(logs), "resolved "+name) {
-		return fmt.Errorf("validation pod %s: %s", phase, oneLine(fmt.Errorf("%s", logs)))
-	}
-	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, lastLine(string(logs)))
-	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
+	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, clustercheck.LastLine(logs))
 	return nil
 }
 
-// lastLine is a log's final line: the check's answer, after any retries.
-func lastLine(logs string) string {
-	lines := strings.Split(strings.TrimSpace(logs), "\n")
-	return lines[len(lines)-1]
+// The phases a master (genesis included) runs against its own apiserver,
+// which the apiserver phase found ready.
+
+func (n *Node) applyAddOns(ctx context.Context) error {
+	c, err := n.client(n.file.Address)
+	if err != nil {
+		return err
+	}
+	return c.applyAddOns(ctx, n.params(etcdmember.Membership{}))
+}
+
+func (n *Node) labelSelf(ctx context.Context) error {
+	c, err := n.client(n.file.Address)
+	if err != nil {
+		return err
+	}
+	var taints []corev1.Taint
+	for _, t := range n.file.Taints {
+		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	return c.labelNode(ctx, n.file.Name, n.file.Labels, taints, n.Wait)
+}
+
+func (n *Node) waitSelfReady(ctx context.Context) error {
+	c, err := n.client(n.file.Address)
+	if err != nil {
+		return err
+	}
+	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
+		return clustercheck.NodeReady(ctx, c.kube, n.file.Name, n.started)
+	})
+}
+
+func (n *Node) validate(ctx context.Context) error {
+	c, err := n.client(n.file.Address)
+	if err != nil {
+		return err
+	}
+	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.Wait)
 }

@@ -2,110 +2,100 @@ package role
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
-	"net"
-	"os"
-	"strconv"
-	"time"
+	"strings"
 
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/etcdmember"
 )
 
-const genesisStamp = "genesis.done"
+// errClusterExists sends a genesis node whose cluster already exists
+// (it was re-imaged, or booted again with the same config) to the
+// master join instead of a second bootstrap.
+var errClusterExists = errors.New("cluster already exists")
 
-// genesis bootstraps the cluster once, and on every later boot lets the
-// kubelet bring the control plane back from the persisted static pods.
-// It reports whether the control plane was restored rather than made.
-func (n *Node) genesis(ctx context.Context) (bool, error) {
-	since := time.Now()
-	restored := n.stamped(genesisStamp)
-	if !restored {
-		if err := n.refuseIfClusterExists(ctx); err != nil {
-			return false, err
-		}
+// runGenesis bootstraps the cluster once and on every later boot lets
+// the kubelet bring the control plane back from the persisted static
+// pods. When another master's etcd answers before this node ever
+// bootstrapped, the cluster exists: the node joins it as a master.
+func (n *Node) runGenesis(ctx context.Context) (Result, error) {
+	res, err := n.runRole(ctx, "genesis", "bootstrapped", n.genesisPhases())
+	if errors.Is(err, errClusterExists) {
+		n.Log("genesis: %s; joining as a master", strings.TrimPrefix(err.Error(), "genesis/cluster-absent: "))
+		return n.runRole(ctx, "master", "joined", n.masterPhases())
 	}
-	if err := n.startNode(ctx, n.params()); err != nil {
-		return restored, err
-	}
-	c, err := n.client()
-	if err != nil {
-		return restored, err
-	}
-	if err := c.waitHealthy(ctx, n.Wait); err != nil {
-		return restored, err
-	}
-	if restored {
-		n.Log("control plane restored from the persisted manifests; waiting for node %s to be Ready", n.file.Name)
-		return true, c.waitNodeReady(ctx, n.file.Name, since, n.Wait)
-	}
-	if err := c.applyAddOns(ctx, n.params()); err != nil {
-		return false, err
-	}
-	if err := c.labelNode(ctx, n.file.Name, n.Wait); err != nil {
-		return false, err
-	}
-	if err := c.waitNodeReady(ctx, n.file.Name, since, n.Wait); err != nil {
-		return false, err
-	}
-	if err := c.validate(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.Wait); err != nil {
-		return false, err
-	}
-	return false, n.stamp(genesisStamp)
+	return res, err
 }
 
-// refuseIfClusterExists probes etcd at every other master of the site: if
-// one answers, a cluster exists, and a second genesis would split it.
-func (n *Node) refuseIfClusterExists(ctx context.Context) error {
-	tlsCfg, err := n.etcdClientTLS()
+func (n *Node) genesisPhases() []phase {
+	notBootstrapped := func() bool { return !n.stamped("genesis/bootstrap") }
+	return []phase{
+		{name: "cluster-absent", runIf: notBootstrapped, run: n.requireNoCluster},
+		{name: "start", run: n.startControlPlane},
+		{name: "apiserver", run: n.waitOwnAPIServer},
+		{name: "bootstrap", once: true, run: n.recordBootstrapped},
+		{name: "add-ons", once: true, run: n.applyAddOns},
+		{name: "label", once: true, run: n.labelSelf},
+		{name: "node-ready", run: n.waitSelfReady},
+		{name: "validate", once: true, run: n.validate},
+	}
+}
+
+// requireNoCluster probes every other master's etcd. One that answers
+// means the cluster exists; one that cannot be ruled out (a timeout, a
+// certificate from another CA) means this node refuses to bootstrap:
+// only a refused connection or an unreachable address count as absent.
+func (n *Node) requireNoCluster(ctx context.Context) error {
+	cfg, err := n.etcdClientTLS()
 	if err != nil {
 		return err
 	}
-	for _, m := range n.file.Masters {
-		if m.Name == n.file.Name {
-			continue
-		}
-		port := n.EtcdPort
-		if port == 0 {
-			port = 2379
-		}
-		addr := net.JoinHostPort(m.Address, strconv.Itoa(port))
-		if etcdAnswers(ctx, addr, tlsCfg) {
-			return fmt.Errorf("%w: etcd already answers at master %s (%s): this site has a cluster. Boot this machine as a master to join it, or re-image the site's masters to start over", errRefused, m.Name, addr)
-		}
-		n.Log("no etcd at master %s (%s): bootstrapping is safe", m.Name, addr)
+	answering, doubt := n.survey(ctx, cfg)
+	if len(answering) > 0 {
+		return fmt.Errorf("%w (%s answers)", errClusterExists, answering[0].Name)
+	}
+	if doubt != nil {
+		return fmt.Errorf("%w: cannot tell whether this site's cluster exists: %w. Fix the path to that master, or re-image the site's masters to start over", errRefused, doubt)
+	}
+	if others := n.otherMasters(); len(others) > 0 {
+		n.Log("no etcd answers at the site's other masters (%d): bootstrapping is safe", len(others))
 	}
 	return nil
 }
 
-// etcdAnswers is true when a TLS server completes a handshake on the
-// address: an etcd member that is up, whatever its health.
-func etcdAnswers(ctx context.Context, addr string, cfg *tls.Config) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	d := tls.Dialer{Config: cfg, NetDialer: &net.Dialer{}}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false
+// startControlPlane writes the control plane from the membership record,
+// creating a new cluster's record on the first boot.
+func (n *Node) startControlPlane(ctx context.Context) error {
+	rec, err := etcdmember.Read(n.Root)
+	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == "genesis" && !n.stamped("genesis/bootstrap") {
+		rec = etcdmember.Genesis(n.file.Name, n.file.Address)
+		err = etcdmember.Write(n.Root, rec)
 	}
-	conn.Close()
-	return true
+	if err != nil {
+		return err
+	}
+	return n.startNode(ctx, n.params(rec), allPods)
 }
 
-func (n *Node) etcdClientTLS() (*tls.Config, error) {
-	pki := func(f string) string { return n.path(nodefile.PKIDir + "/" + f) }
-	pair, err := tls.LoadX509KeyPair(pki("apiserver-etcd-client.crt"), pki("apiserver-etcd-client.key"))
+// recordBootstrapped marks the membership existing once the apiserver
+// answered (its etcd runs): nothing renders a new cluster again.
+func (n *Node) recordBootstrapped(context.Context) error {
+	rec, err := etcdmember.Read(n.Root)
 	if err != nil {
-		return nil, fmt.Errorf("the etcd client certificate: %w", err)
+		return err
 	}
-	ca, err := os.ReadFile(pki("etcd/ca.crt"))
+	rec.State = etcdmember.StateExisting
+	return etcdmember.Write(n.Root, rec)
+}
+
+// waitOwnAPIServer waits for this node's own apiserver to be ready.
+func (n *Node) waitOwnAPIServer(ctx context.Context) error {
+	c, err := n.client(n.file.Address)
 	if err != nil {
-		return nil, fmt.Errorf("the etcd CA: %w", err)
+		return err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s: no certificate", pki("etcd/ca.crt"))
-	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return clustercheck.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
+		return clustercheck.APIServerReady(ctx, c.kube)
+	})
 }

@@ -1,9 +1,11 @@
 // Package role makes a configured node what its node file says: the
-// genesis node (a new control plane), or a worker. It runs after the
-// agent applied the node's Ignition config, every boot: a node's files are
-// re-rendered from the node file and the image's catalog, the kubelet is
-// started, and the one-shot steps (bootstrap, add-ons, validation) run
-// only until their stamp says they finished.
+// genesis node (a new control plane), a master joining the control plane
+// (etcd learner, promotion, then the apiserver), or a worker. It runs
+// after the agent applied the node's Ignition config, every boot: a
+// role is a list of named phases; the node's files are re-rendered from
+// the node file, the etcd membership record and the image's catalog, the
+// kubelet is started, and the one-shot phases (bootstrap, join, add-ons,
+// labels, validation) run until their stamp says they finished.
 package role
 
 import (
@@ -12,10 +14,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/firstboot/fsutil"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
@@ -38,6 +43,12 @@ type Node struct {
 
 	file *nodefile.NodeFile
 	cat  *catalog.Catalog
+	// started is when this boot's role began: a Node heartbeat from
+	// before it is a previous boot's.
+	started time.Time
+	// answering are the addresses of the masters whose etcd answered.
+	answering  []string
+	joinBounds joinBounds
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
@@ -45,8 +56,11 @@ const StampDir = "/var/lib/kiln/stamps"
 
 // Result is what the role reports on its final line.
 type Result struct {
-	Role     string
-	Restored bool // the control plane came back from persisted manifests
+	Role string
+	// How the node got there: "bootstrapped" (a new cluster), "joined"
+	// (an existing one), "restored" (a later boot, from the persisted
+	// state).
+	How string
 }
 
 // Run does the node's role.
@@ -55,17 +69,34 @@ func (n *Node) Run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	n.file, n.cat = loaded.file, loaded.cat
-	res := Result{Role: n.file.Role}
+	n.file, n.cat, n.started = loaded.file, loaded.cat, time.Now()
 	switch n.file.Role {
 	case "genesis":
-		res.Restored, err = n.genesis(ctx)
+		return n.runGenesis(ctx)
+	case "master":
+		return n.runRole(ctx, "master", "joined", n.masterPhases())
 	case "worker":
-		err = n.startNode(ctx, n.params())
-	default:
-		err = fmt.Errorf("role %s: joining masters is not implemented in this kiln yet; boot a genesis node or workers", n.file.Role)
+		return n.runRole(ctx, "worker", "joined", n.workerPhases())
 	}
-	return res, err
+	return Result{}, fmt.Errorf("unknown role %q in %s", n.file.Role, nodefile.Path)
+}
+
+// runRole runs a role's phases; the node was restored when every
+// one-shot phase was stamped before this boot.
+func (n *Node) runRole(ctx context.Context, role, how string, phases []phase) (Result, error) {
+	if n.allStamped(role, phases) {
+		how = "restored"
+	}
+	return Result{Role: role, How: how}, n.runPhases(ctx, role, phases)
+}
+
+func (n *Node) allStamped(role string, phases []phase) bool {
+	for _, p := range phases {
+		if p.once && !n.stamped(filepath.Join(role, p.name)) {
+			return false
+		}
+	}
+	return true
 }
 
 type loaded struct {
@@ -87,22 +118,40 @@ func loadFiles(n *Node) (loaded, error) {
 	return loaded{f, c}, nil
 }
 
-func (n *Node) params() manifests.Params {
-	if n.file.Role == "genesis" {
-		return manifests.GenesisParams(*n.file, n.cat.Manifests())
-	}
-	return manifests.Params{Node: *n.file, Images: n.cat.Manifests()}
+// params are the manifests' parameters for this node with its etcd
+// membership (zero for a worker).
+func (n *Node) params(m etcdmember.Membership) manifests.Params {
+	return manifests.ForNode(*n.file, n.cat.Manifests(), m)
 }
+
+// staticPods picks which control-plane static pods startNode writes.
+type staticPods int
+
+const (
+	allPods  staticPods = iota
+	etcdOnly            // a joining master: the apiserver waits for its member's promotion
+)
+
+// afterPromotion are the components a joining master starts only once
+// its etcd member votes: its apiserver talks to the local member, which
+// must never be a learner.
+var afterPromotion = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
 // startNode writes the node's files (kubelet config and environment,
 // static pods, node-local DNS, the host resolver) and starts the kubelet.
-func (n *Node) startNode(ctx context.Context, p manifests.Params) error {
+func (n *Node) startNode(ctx context.Context, p manifests.Params, pods staticPods) error {
 	files, err := manifests.Files(p)
 	if err != nil {
 		return err
 	}
+	if pods == etcdOnly {
+		files = slices.DeleteFunc(files, func(f manifests.File) bool {
+			name := strings.TrimSuffix(filepath.Base(f.Path), ".yaml")
+			return filepath.Dir(f.Path) == manifests.StaticPodDir && slices.Contains(afterPromotion, name)
+		})
+	}
 	files = append(files,
-		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(fmt.Sprintf("KUBELET_ARGS=--node-ip=%s --hostname-override=%s\n", n.file.Address, n.file.Name))},
+		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(n.kubeletEnv())},
 		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
 	)
 	for _, f := range files {
@@ -161,5 +210,6 @@ func (n *Node) stamp(name string) error {
 	return fsutil.WriteFile(n.path(filepath.Join(StampDir, name)), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
 }
 
-// errRefused marks a bootstrap refused because a cluster already exists.
+// errRefused marks a bootstrap refused because this node cannot rule
+// out that a cluster already exists.
 var errRefused = errors.New("refusing to bootstrap")

@@ -5,9 +5,12 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,8 +106,13 @@ func etcdAt(t *testing.T, files map[string][]byte) int {
 			if err != nil {
 				return
 			}
-			c.(*tls.Conn).Handshake()
-			c.Close()
+			go func() { // speaks first, as etcd's gRPC server does, and waits for the client to go
+				defer c.Close()
+				if c.(*tls.Conn).Handshake() == nil {
+					c.Write([]byte{0})
+					io.Copy(io.Discard, c)
+				}
+			}()
 		}
 	}()
 	return l.Addr().(*net.TCPAddr).Port
@@ -118,16 +126,43 @@ func pointMastersAtLoopback(t *testing.T, root string) {
 	os.WriteFile(p, []byte(strings.ReplaceAll(string(data), `"10.0.2.51"`, `"127.0.0.1"`)), 0o644)
 }
 
-func TestGenesisRefusesWhenAnotherMastersEtcdAnswers(t *testing.T) {
+// A genesis node whose site's other master already runs etcd never
+// bootstraps a second cluster: it turns to the master join, says so,
+// and writes nothing before the join has a member list.
+func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	root, files := nodeRoot(t, "g1")
 	pointMastersAtLoopback(t, root)
 	sys := &recorder{}
 	var log []string
 	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, files),
-		Log: func(f string, a ...any) { log = append(log, f) }}
+		Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
 	_, err := n.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "refusing to bootstrap: etcd already answers at master m2 (127.0.0.1:") {
-		t.Fatalf("got %v, want the refusal", err)
+	if err == nil || !strings.HasPrefix(err.Error(), "master/etcd-join: ") {
+		t.Fatalf("got %v, want the master join to fail on the fake etcd's member list", err)
+	}
+	if !slices.Contains(log, "genesis: cluster already exists (m2 answers); joining as a master") {
+		t.Errorf("console: %q", log)
+	}
+	if len(sys.calls) != 0 {
+		t.Errorf("a genesis node of an existing cluster ran %v", sys.calls)
+	}
+	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir)); !os.IsNotExist(err) {
+		t.Errorf("a genesis node of an existing cluster wrote static pods (%v)", err)
+	}
+}
+
+// Failing closed: a master whose port answers TLS with a certificate
+// from another CA is not proof that no cluster exists.
+func TestGenesisRefusesWhenAMasterCannotBeRuledOut(t *testing.T) {
+	root, _ := nodeRoot(t, "g1")
+	pointMastersAtLoopback(t, root)
+	_, other := nodeRoot(t, "g1") // another site's PKI
+	sys := &recorder{}
+	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, other), Log: func(string, ...any) {}}
+	_, err := n.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "refusing to bootstrap: cannot tell whether this site's cluster exists: master m2 (127.0.0.1:") ||
+		!strings.Contains(err.Error(), "not from this site's etcd CA") {
+		t.Fatalf("got %v, want the fail-closed refusal", err)
 	}
 	if len(sys.calls) != 0 {
 		t.Errorf("a refusing node ran %v", sys.calls)
@@ -145,7 +180,7 @@ func TestGenesisProceedsWhenNoEtcdAnswers(t *testing.T) {
 	l.Close() // nothing listens there now
 	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: port, Log: func(string, ...any) {}}
 	n.file, n.cat = mustLoad(t, n)
-	if err := n.refuseIfClusterExists(context.Background()); err != nil {
+	if err := n.requireNoCluster(context.Background()); err != nil {
 		t.Fatalf("no etcd answers, yet: %v", err)
 	}
 }
@@ -164,8 +199,8 @@ func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
 	sys := &recorder{}
 	n := &Node{Root: root, Sys: sys, Wait: time.Second, Log: func(string, ...any) {}}
 	res, err := n.Run(context.Background())
-	if err != nil || res.Role != "worker" {
-		t.Fatalf("worker: %+v %v", res, err)
+	if res.Role != "worker" || err == nil || !strings.HasPrefix(err.Error(), "worker/node-ready: node w1 Ready: gave up after 1s") {
+		t.Fatalf("worker with no cluster to join: %+v %v", res, err)
 	}
 	for _, p := range []string{"/etc/kiln/kubelet.yaml", "/etc/kiln/kubelet.env", manifests.StaticPodDir + "/kiln-node-dns.yaml", manifests.ZoneFile, manifests.CorefilePath} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
@@ -180,7 +215,7 @@ func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
 		t.Errorf("host resolv.conf: %q", resolv)
 	}
 	env, _ := os.ReadFile(filepath.Join(root, "/etc/kiln/kubelet.env"))
-	if !strings.Contains(string(env), "--node-ip=10.0.2.52 --hostname-override=w1") {
+	if !strings.Contains(string(env), "--node-ip=10.0.2.52 --hostname-override=w1 --node-labels=kiln.dev/role=worker") {
 		t.Errorf("kubelet.env: %q", env)
 	}
 	if len(sys.calls) != 1 || sys.calls[0] != "systemctl start --no-block kubelet.service" {

@@ -40,17 +40,24 @@ const (
 
 // Config describes one VM.
 type Config struct {
-	Name      string
-	Dir       string // per-VM files: console logs, NVRAM, the config
-	Firmware  Firmware
-	Boot      Boot
-	ISO       string
-	Disks     []Disk
-	Ignition  []byte   // passed as fw_cfg opt/com.coreos/config; nil: none
-	MAC       string   // the NIC's address; "" is QEMU's default 52:54:00:12:34:56
-	HostFwd   []string // user-net forwards, e.g. tcp:127.0.0.1:16443-10.0.2.50:6443
-	TFTPDir   string   // PXE: QEMU serves this over TFTP
-	BootFile  string   // PXE: the file the DHCP answer names
+	Name     string
+	Dir      string // per-VM files: console logs, NVRAM, the config
+	Firmware Firmware
+	Boot     Boot
+	ISO      string
+	Disks    []Disk
+	Ignition []byte   // passed as fw_cfg opt/com.coreos/config; nil: none
+	MAC      string   // the NIC's address; "" is QEMU's default 52:54:00:12:34:56
+	HostFwd  []string // user-net forwards, e.g. tcp:127.0.0.1:16443-10.0.2.50:6443
+	TFTPDir  string   // PXE: QEMU serves this over TFTP
+	BootFile string   // PXE: the file the DHCP answer names
+	// Netns runs QEMU inside this network namespace (ip netns exec, which
+	// execs QEMU: the process is QEMU's own). See package netns.
+	Netns string
+	// Tap puts the NIC on this tap device (in Netns, if set) instead of
+	// QEMU's user network; HostFwd, TFTPDir and PXE boot are the user
+	// network's and cannot be combined with it.
+	Tap       string
 	MemoryMiB int
 	CPUs      int
 	KVM       bool
@@ -85,17 +92,25 @@ func (c Config) Args(n int) []string {
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+c.varsPath())
 	}
-	nic := "user,model=virtio-net-pci"
-	if c.Boot == BootPXE {
-		nic += ",tftp=" + c.TFTPDir + ",bootfile=" + c.BootFile
+	if c.Tap != "" {
+		dev := "virtio-net-pci,netdev=net0"
+		if c.MAC != "" {
+			dev += ",mac=" + c.MAC
+		}
+		args = append(args, "-netdev", "tap,id=net0,ifname="+c.Tap+",script=no,downscript=no", "-device", dev)
+	} else {
+		nic := "user,model=virtio-net-pci"
+		if c.Boot == BootPXE {
+			nic += ",tftp=" + c.TFTPDir + ",bootfile=" + c.BootFile
+		}
+		if c.MAC != "" {
+			nic += ",mac=" + c.MAC
+		}
+		for _, f := range c.HostFwd {
+			nic += ",hostfwd=" + f
+		}
+		args = append(args, "-nic", nic)
 	}
-	if c.MAC != "" {
-		nic += ",mac=" + c.MAC
-	}
-	for _, f := range c.HostFwd {
-		nic += ",hostfwd=" + f
-	}
-	args = append(args, "-nic", nic)
 	for _, d := range c.Disks {
 		args = append(args, "-drive", fmt.Sprintf("file=%s,format=%s,if=virtio,cache=unsafe", d.Path, d.Format))
 	}
@@ -114,6 +129,30 @@ func (c Config) Args(n int) []string {
 		args = append(args, "-fw_cfg", "name=opt/com.coreos/config,file="+c.ignitionPath())
 	}
 	return args
+}
+
+// Check rejects configs QEMU would run differently from what they say:
+// the user network's features on a tap NIC.
+func (c Config) Check() error {
+	if c.Tap == "" {
+		return nil
+	}
+	switch {
+	case len(c.HostFwd) > 0:
+		return fmt.Errorf("VM %s: HostFwd %v needs QEMU's user network, but the NIC is on tap %s", c.Name, c.HostFwd, c.Tap)
+	case c.TFTPDir != "" || c.BootFile != "" || c.Boot == BootPXE:
+		return fmt.Errorf("VM %s: PXE from QEMU's TFTP server needs the user network, but the NIC is on tap %s", c.Name, c.Tap)
+	}
+	return nil
+}
+
+// Command returns the program and arguments that run boot n: QEMU, or
+// ip netns exec wrapping it when Netns is set.
+func (c Config) Command(n int) (string, []string) {
+	if c.Netns == "" {
+		return "qemu-system-x86_64", c.Args(n)
+	}
+	return "ip", append([]string{"netns", "exec", c.Netns, "qemu-system-x86_64"}, c.Args(n)...)
 }
 
 // ConsolePath is where boot n's serial console is captured.

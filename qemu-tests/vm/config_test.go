@@ -23,6 +23,15 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 		{"pxe bios", Config{Dir: "/d", Firmware: BIOS, Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"},
 			[]string{"-nic user,model=virtio-net-pci,tftp=/t,bootfile=kiln.ipxe", "-boot n"},
 			[]string{"fw_cfg"}},
+		{"user net with mac and hostfwd", Config{Dir: "/d", Boot: BootISO, ISO: "/o/node.iso", MAC: "52:54:00:00:00:01", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:6443"}},
+			[]string{"-nic user,model=virtio-net-pci,mac=52:54:00:00:00:01,hostfwd=tcp:127.0.0.1:1-10.0.2.50:6443"},
+			[]string{"-netdev", "tap"}},
+		{"tap", Config{Dir: "/d", Boot: BootISO, ISO: "/o/node.iso", Tap: "kt-m1", MAC: "52:54:00:77:00:11"},
+			[]string{"-netdev tap,id=net0,ifname=kt-m1,script=no,downscript=no -device virtio-net-pci,netdev=net0,mac=52:54:00:77:00:11", "-boot d"},
+			[]string{"-nic", "user", "hostfwd"}},
+		{"tap without mac", Config{Dir: "/d", Boot: BootISO, ISO: "/o/node.iso", Tap: "kt-m1"},
+			[]string{"-netdev tap,id=net0,ifname=kt-m1,script=no,downscript=no -device virtio-net-pci,netdev=net0"},
+			[]string{"mac=", "-nic"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,6 +47,59 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 			for _, w := range tc.wantNot {
 				if strings.Contains(line, w) {
 					t.Errorf("%q should not be in:\n%s", w, line)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandRunsQEMUInTheNamespace(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      Config
+		wantProg string
+		wantHead []string
+	}{
+		{"host", Config{Dir: "/d", ISO: "/o/node.iso"}, "qemu-system-x86_64", []string{"-machine"}},
+		{"netns", Config{Dir: "/d", ISO: "/o/node.iso", Netns: "kiln-t-c1", Tap: "kt-m1"}, "ip", []string{"netns", "exec", "kiln-t-c1", "qemu-system-x86_64", "-machine"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prog, args := tc.cfg.Command(1)
+			if prog != tc.wantProg || len(args) < len(tc.wantHead) || strings.Join(args[:len(tc.wantHead)], " ") != strings.Join(tc.wantHead, " ") {
+				t.Fatalf("got %s %v, want %s %v ...", prog, args, tc.wantProg, tc.wantHead)
+			}
+			if got := strings.Join(args[len(tc.wantHead)-1:], " "); got != strings.Join(tc.cfg.Args(1), " ") {
+				t.Errorf("QEMU's arguments differ from Args:\n%s\n%s", got, strings.Join(tc.cfg.Args(1), " "))
+			}
+		})
+	}
+}
+
+func TestCheckRejectsUserNetFeaturesOnATap(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"user net with hostfwd", Config{Name: "a", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:22"}}, ""},
+		{"tap", Config{Name: "a", Tap: "kt-a", Netns: "kiln-t-x"}, ""},
+		{"tap with hostfwd", Config{Name: "a", Tap: "kt-a", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:22"}}, "HostFwd"},
+		{"tap with pxe", Config{Name: "a", Tap: "kt-a", Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"}, "TFTP"},
+		{"tap with a tftp dir", Config{Name: "a", Tap: "kt-a", TFTPDir: "/t"}, "TFTP"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Check()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one naming %s", err, tc.wantErr)
+			}
+			if tc.wantErr != "" {
+				if _, err := Start(tc.cfg); err == nil {
+					t.Fatal("Start accepted the config")
 				}
 			}
 		})

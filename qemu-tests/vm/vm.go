@@ -23,6 +23,9 @@ type VM struct {
 
 // Start boots a new VM.
 func Start(cfg Config) (*VM, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -43,7 +46,8 @@ func (v *VM) start() error {
 	}
 	v.boot++
 	os.Remove(v.ConsolePath(v.boot))
-	v.cmd = exec.Command("qemu-system-x86_64", v.Args(v.boot)...)
+	prog, args := v.Command(v.boot)
+	v.cmd = exec.Command(prog, args...)
 	stderr, err := os.Create(v.ConsolePath(v.boot) + ".qemu-stderr")
 	if err != nil {
 		return err
@@ -56,6 +60,15 @@ func (v *VM) start() error {
 	v.exited = make(chan error, 1)
 	go func() { v.exited <- v.cmd.Wait(); stderr.Close() }()
 	return nil
+}
+
+// PID is QEMU's process id for the current boot (0 when powered off).
+// Under Netns too: ip netns exec execs QEMU.
+func (v *VM) PID() int {
+	if v.cmd == nil || v.cmd.Process == nil {
+		return 0
+	}
+	return v.cmd.Process.Pid
 }
 
 // Boot returns the number of the current boot (1 for the first).

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
@@ -103,12 +104,12 @@ func timeToReady(ctx context.Context, v *vm.VM, kube kubernetes.Interface, since
 			time.Sleep(time.Second)
 		}
 	}
-	if healthy, err = poll(func() error { return cluster.Healthy(ctx, kube) }); err != nil {
+	if healthy, err = poll(func() error { return clustercheck.APIServerReady(ctx, kube) }); err != nil {
 		return 0, 0, err
 	}
 	if !since.IsZero() {
 		since = since.Add(-5 * time.Second)
 	}
-	ready, err = poll(func() error { return cluster.NodeReady(ctx, kube, "g1", since) })
+	ready, err = poll(func() error { return clustercheck.NodeReady(ctx, kube, "g1", since) })
 	return healthy, ready, err
 }

@@ -1,0 +1,217 @@
+package clustercheck
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// APIServerReady is nil when the apiserver's /readyz says ok.
+func APIServerReady(ctx context.Context, kube kubernetes.Interface) error {
+	body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(bytes.TrimSpace(body), []byte("ok")) {
+		return fmt.Errorf("readyz: %s", body)
+	}
+	return nil
+}
+
+// NodeReady is nil when the node's Ready condition is True and its
+// kubelet reported it at since or later: after a power cut the stored
+// condition says Ready until the node controller notices, so a heartbeat
+// from before since does not count (a second of clock skew is allowed).
+func NodeReady(ctx context.Context, kube kubernetes.Interface, name string, since time.Time) error {
+	n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since.Add(-time.Second)) {
+			return nil
+		}
+		return fmt.Errorf("node %s: Ready=%s (heartbeat %s): %s", name, c.Status, c.LastHeartbeatTime.UTC().Format(time.RFC3339), c.Message)
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", name)
+}
+
+// KubeSystemRunning is nil when every kube-system pod is Running with
+// all its containers ready and started at since or later, and there are
+// at least min of them. After a power cut the stored pod status still
+// says Running until the kubelet reports again; since filters that out.
+func KubeSystemRunning(ctx context.Context, kube kubernetes.Interface, min int, since time.Time) error {
+	pods, err := kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, p := range pods.Items {
+		if why := notRunning(p, since); why != "" {
+			bad = append(bad, p.Name+": "+why)
+		}
+	}
+	if len(pods.Items) < min || len(bad) > 0 {
+		return fmt.Errorf("%d kube-system pods (want at least %d), not running: %v", len(pods.Items), min, bad)
+	}
+	return nil
+}
+
+func notRunning(p corev1.Pod, since time.Time) string {
+	if p.Status.Phase != corev1.PodRunning {
+		return string(p.Status.Phase)
+	}
+	if len(p.Status.ContainerStatuses) == 0 {
+		return "no container status"
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		switch {
+		case !c.Ready:
+			return c.Name + " not ready"
+		case c.State.Running == nil:
+			return c.Name + " not running"
+		case c.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)):
+			return c.Name + " started before " + since.UTC().Format(time.RFC3339)
+		}
+	}
+	return ""
+}
+
+// CheckPod is a pod of the kiln image that runs one `kiln check`
+// command (args after "check") and ends, tolerating every taint; on
+// node, when one is named.
+func CheckPod(name, image, node string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/managed-by": "kiln"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeName:      node,
+			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "check", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command: append([]string{"/kiln", "check"}, args...)}},
+		},
+	}
+}
+
+// RunPod creates pod (replacing one of the same name), waits within
+// bound for it to end, and returns it as it ended and its logs; the pod
+// is deleted afterwards.
+func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log Logf) (*corev1.Pod, string, error) {
+	pods := kube.CoreV1().Pods(pod.Namespace)
+	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	err := Wait(ctx, "creating pod "+pod.Name, bound, nil, func(ctx context.Context) error {
+		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	defer pods.Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{})
+	ended := pod
+	err = Wait(ctx, "pod "+pod.Name+" finished", bound, log, func(ctx context.Context) error {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return Final(err)
+		}
+		if err != nil {
+			return err
+		}
+		ended = p
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return nil
+		}
+		return fmt.Errorf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
+	})
+	if err != nil {
+		return ended, "", err
+	}
+	logs, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return ended, "", fmt.Errorf("reading pod %s's logs: %w", pod.Name, err)
+	}
+	return ended, string(logs), nil
+}
+
+// LastLine is a log's final line: a check's answer, after any retries.
+func LastLine(logs string) string {
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	return lines[len(lines)-1]
+}
+
+// Describe is what an operator reads first when a check fails: the
+// nodes' Ready conditions, every pod with its phase, restarts and node,
+// and the latest events, one line each.
+func Describe(ctx context.Context, kube kubernetes.Interface) string {
+	var b strings.Builder
+	describeNodes(ctx, kube, &b)
+	describePods(ctx, kube, &b)
+	describeEvents(ctx, kube, &b)
+	return b.String()
+}
+
+func describeNodes(ctx context.Context, kube kubernetes.Interface, b *strings.Builder) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(b, "nodes: %v\n", err)
+		return
+	}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				fmt.Fprintf(b, "node %s Ready=%s heartbeat=%s podCIDR=%s labels=%v %s\n", n.Name, c.Status,
+					c.LastHeartbeatTime.UTC().Format(time.RFC3339), n.Spec.PodCIDR, n.Labels, c.Message)
+			}
+		}
+	}
+}
+
+func describePods(ctx context.Context, kube kubernetes.Interface, b *strings.Builder) {
+	pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(b, "pods: %v\n", err)
+		return
+	}
+	for _, p := range pods.Items {
+		restarts := int32(0)
+		var states []string
+		for _, c := range p.Status.ContainerStatuses {
+			restarts += c.RestartCount
+			switch {
+			case c.State.Waiting != nil:
+				states = append(states, c.Name+"=waiting:"+c.State.Waiting.Reason)
+			case c.State.Terminated != nil:
+				states = append(states, c.Name+"=terminated:"+c.State.Terminated.Reason)
+			case c.State.Running != nil:
+				states = append(states, c.Name+"=running@"+c.State.Running.StartedAt.UTC().Format(time.RFC3339))
+			}
+		}
+		fmt.Fprintf(b, "pod %s/%s %s node=%s ip=%s restarts=%d %v\n", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.PodIP, restarts, states)
+	}
+}
+
+func describeEvents(ctx context.Context, kube kubernetes.Interface, b *strings.Builder) {
+	events, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(b, "events: %v\n", err)
+		return
+	}
+	items := events.Items
+	sort.Slice(items, func(i, j int) bool { return items[i].LastTimestamp.Before(&items[j].LastTimestamp) })
+	if len(items) > 40 {
+		items = items[len(items)-40:]
+	}
+	for _, e := range items {
+		fmt.Fprintf(b, "event %s %s/%s %s: %s\n", e.LastTimestamp.UTC().Format(time.RFC3339), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+}

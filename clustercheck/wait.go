@@ -1,0 +1,77 @@
+// Package clustercheck holds what tells whether a kiln cluster works (an
+// apiserver ready, a Node Ready from this boot, every kube-system pod
+// running, a name resolved through cluster DNS from a pod) and the one
+// bounded wait that the node roles, the QEMU tests and the bench use to
+// wait for any of them.
+package clustercheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Logf prints a progress line.
+type Logf func(format string, args ...any)
+
+// Interval is how often a wait tries again, and Report how often it says
+// what it still waits for.
+const (
+	Interval = 2 * time.Second
+	Report   = 30 * time.Second
+)
+
+// ErrFinal marks a check error that no retry can fix: the wait stops at
+// once and returns it.
+var ErrFinal = errors.New("final")
+
+// Final wraps err so that Wait stops on it.
+func Final(err error) error { return fmt.Errorf("%w: %w", ErrFinal, err) }
+
+// Wait calls check until it returns nil, returns an error wrapping
+// ErrFinal, ctx ends or bound passes. Every Report it logs what it waits
+// for with the last error (log may be nil: a quiet wait). The error it
+// returns names what it waited for and wraps the last check error.
+func Wait(ctx context.Context, what string, bound time.Duration, log Logf, check func(context.Context) error) error {
+	start, lastReport := time.Now(), time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, Interval, bound, true, func(ctx context.Context) (bool, error) {
+		last = check(ctx)
+		if last == nil {
+			return true, nil
+		}
+		if errors.Is(last, ErrFinal) {
+			return false, last
+		}
+		if log != nil && time.Since(lastReport) >= Report {
+			lastReport = time.Now()
+			log("waiting for %s (%s so far; last: %s)", what, time.Since(start).Round(time.Second), OneLine(last))
+		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		if log != nil {
+			log("%s: after %s", what, time.Since(start).Round(time.Second))
+		}
+		return nil
+	case errors.Is(err, ErrFinal):
+		return fmt.Errorf("%s: %w", what, err)
+	case last == nil:
+		return fmt.Errorf("%s: gave up after %s: %w", what, bound, err)
+	default:
+		return fmt.Errorf("%s: gave up after %s: %w", what, bound, last)
+	}
+}
+
+// OneLine is an error's text on one line, for console lines.
+func OneLine(err error) string {
+	if err == nil {
+		return "not yet"
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

@@ -1,0 +1,73 @@
+package role
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kiln-project/kiln/clustercheck"
+)
+
+// masterPhases join the control plane: wait until a master of the site
+// answers, join etcd as a learner and get promoted, and only then start
+// the apiserver, controller-manager and scheduler; the anchors take
+// over once the node carries the master label.
+func (n *Node) masterPhases() []phase {
+	notJoined := func() bool { return !n.stamped("master/etcd-join") }
+	return []phase{
+		{name: "wait-cluster", runIf: notJoined, run: n.waitForCluster},
+		{name: "etcd-join", once: true, run: n.etcdJoin},
+		{name: "start", run: n.startControlPlane},
+		{name: "apiserver", run: n.waitOwnAPIServer},
+		{name: "label", once: true, run: n.labelSelf},
+		{name: "node-ready", run: n.waitSelfReady},
+	}
+}
+
+// waitForCluster waits, saying so every 30 s, until another master's
+// etcd answers. A master never bootstraps; a certificate the cluster
+// rejects ends the wait at once.
+func (n *Node) waitForCluster(ctx context.Context) error {
+	cfg, err := n.etcdClientTLS()
+	if err != nil {
+		return err
+	}
+	if len(n.otherMasters()) == 0 {
+		return fmt.Errorf("the node file lists no other master to join")
+	}
+	return clustercheck.Wait(ctx, "the cluster", n.Wait, n.Log, func(ctx context.Context) error {
+		answering, doubt := n.survey(ctx, cfg)
+		if len(answering) > 0 {
+			n.answering = nil
+			for _, m := range answering {
+				n.answering = append(n.answering, m.Address)
+			}
+			return nil
+		}
+		if errors.Is(doubt, errCertRejected) {
+			return clustercheck.Final(doubt)
+		}
+		if doubt == nil {
+			doubt = fmt.Errorf("no master's etcd answers yet")
+		}
+		return doubt
+	})
+}
+
+func (n *Node) etcdJoin(ctx context.Context) error {
+	if len(n.answering) == 0 { // resumed after a power cut mid-join
+		if err := n.waitForCluster(ctx); err != nil {
+			return err
+		}
+	}
+	cfg, err := n.etcdClientTLS()
+	if err != nil {
+		return err
+	}
+	c, err := n.connectCluster(n.answering, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return n.joinEtcd(ctx, c)
+}

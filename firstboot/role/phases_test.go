@@ -1,0 +1,52 @@
+package role
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// A role cut short resumes at its first unstamped one-shot phase; the
+// every-boot phases run again; an error names the phase path; a role is
+// restored only when every one-shot phase was stamped before.
+func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
+	n := &Node{Root: t.TempDir()}
+	var ran []string
+	fail := "join"
+	phases := func() []phase {
+		step := func(name string) func(context.Context) error {
+			return func(context.Context) error {
+				ran = append(ran, name)
+				if name == fail {
+					return errors.New("power cut")
+				}
+				return nil
+			}
+		}
+		return []phase{
+			{name: "wait", runIf: func() bool { return !n.stamped("r/join") }, run: step("wait")},
+			{name: "join", once: true, run: step("join")},
+			{name: "start", run: step("start")},
+			{name: "label", once: true, run: step("label")},
+		}
+	}
+	for i, tc := range []struct {
+		fail, want, err string
+		how             string
+	}{
+		{fail: "join", want: "wait join", err: "r/join: power cut", how: "joined"},
+		{fail: "label", want: "wait join start label", err: "r/label: power cut", how: "joined"},
+		{fail: "", want: "start label", how: "joined"},
+		{fail: "", want: "start", how: "restored"},
+	} {
+		ran, fail = nil, tc.fail
+		res, err := n.runRole(context.Background(), "r", "joined", phases())
+		if got := strings.Join(ran, " "); got != tc.want || res.How != tc.how {
+			t.Errorf("boot %d: ran %q (%s), want %q (%s)", i+1, got, res.How, tc.want, tc.how)
+		}
+		if (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+			t.Errorf("boot %d: error %v, want %q", i+1, err, tc.err)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package manifests
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kiln-project/kiln/site"
+)
+
+// Timing is how patient the control plane is with itself: etcd's raft
+// timers, the leader-election timers of the controller-manager and the
+// scheduler, and how long a control-plane static pod may take to start
+// before its liveness probe counts. The site chooses one profile
+// (cluster.timing) for the whole cluster, so every etcd member runs the
+// same heartbeat and election timeout. docs/timing.md explains the values.
+type Timing struct {
+	// etcd: how often the leader sends heartbeats, and how long a
+	// follower goes without one before it calls an election.
+	EtcdHeartbeat, EtcdElection time.Duration
+	// Leader election of kube-controller-manager and kube-scheduler:
+	// how long a lease holds, how long the leader keeps trying to renew
+	// before it gives up (and exits), and how often candidates retry.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Startup is how long a static pod may take from container start
+	// until its health endpoint first answers before the kubelet
+	// restarts it; the liveness probe only runs after that.
+	Startup time.Duration
+}
+
+// timings are the profiles, by the names site.Timings lists.
+var timings = map[string]Timing{
+	// etcd's and Kubernetes' own defaults, and a start may take 5 min.
+	site.TimingDefault: {
+		EtcdHeartbeat: 100 * time.Millisecond, EtcdElection: 1000 * time.Millisecond,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		Startup: 5 * time.Minute,
+	},
+	// Loaded, small or emulated machines: five times etcd's timers (the
+	// election still 10 heartbeats), a lease four times as long, and a
+	// start may take 15 min.
+	site.TimingSlow: {
+		EtcdHeartbeat: 500 * time.Millisecond, EtcdElection: 5000 * time.Millisecond,
+		LeaseDuration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second,
+		Startup: 15 * time.Minute,
+	},
+}
+
+// TimingProfile returns the named profile.
+func TimingProfile(name string) (Timing, bool) {
+	t, ok := timings[name]
+	return t, ok
+}
+
+// timing is the profile the node file names. An empty name (a node file
+// from before the setting) is the default; site validation keeps unknown
+// names out of node files, and one that slips through gets the default
+// too, which is what the cluster ran with before.
+func timing(p Params) Timing {
+	if t, ok := timings[p.Node.Cluster.Timing]; ok {
+		return t
+	}
+	return timings[site.TimingDefault]
+}
+
+// probePeriod is how often the kubelet runs the control plane's probes.
+const probePeriod = 10 * time.Second
+
+// startupFailures is the startup probe's failure threshold: enough
+// probes, one per period, to cover the profile's startup time.
+func (t Timing) startupFailures() int32 {
+	return int32((t.Startup + probePeriod - 1) / probePeriod)
+}
+
+// millis and seconds render durations the way the components' flags are
+// usually written: etcd takes milliseconds, the others Go durations.
+func millis(d time.Duration) string  { return fmt.Sprint(d.Milliseconds()) }
+func seconds(d time.Duration) string { return fmt.Sprintf("%ds", int(d.Seconds())) }

@@ -1,0 +1,154 @@
+package manifests
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kiln-project/kiln/site"
+)
+
+// Every name the site accepts has a profile, and every profile keeps the
+// rules its components enforce or recommend.
+func TestTimingProfilesAreSound(t *testing.T) {
+	if len(timings) != len(site.Timings) {
+		t.Errorf("%d profiles for %d site timing names", len(timings), len(site.Timings))
+	}
+	for _, name := range site.Timings {
+		tm, ok := TimingProfile(name)
+		if !ok {
+			t.Errorf("site timing %q has no profile", name)
+			continue
+		}
+		for _, c := range []struct {
+			rule string
+			ok   bool
+		}{
+			// etcd tuning guide: the election timeout at least ten heartbeats.
+			{"etcd election >= 10 heartbeats", tm.EtcdElection >= 10*tm.EtcdHeartbeat},
+			// etcd refuses an election timeout above 50 s.
+			{"etcd election <= 50s", tm.EtcdElection <= 50*time.Second},
+			{"etcd timers in whole milliseconds", tm.EtcdHeartbeat%time.Millisecond == 0 && tm.EtcdElection%time.Millisecond == 0},
+			// client-go's leader election: lease > renew deadline > 1.2 × retry period.
+			{"lease > renew deadline", tm.LeaseDuration > tm.RenewDeadline},
+			{"renew deadline > 1.2 retry periods", tm.RenewDeadline*10 > tm.RetryPeriod*12},
+			{"leader-election timers in whole seconds", tm.LeaseDuration%time.Second == 0 && tm.RenewDeadline%time.Second == 0 && tm.RetryPeriod%time.Second == 0},
+			// A start may take longer than the liveness probe alone allowed (90 s).
+			{"startup > 90s", tm.Startup > 90*time.Second},
+		} {
+			if !c.ok {
+				t.Errorf("%s: %s does not hold: %+v", name, c.rule, tm)
+			}
+		}
+	}
+}
+
+func flagsOf(pod *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, a := range pod.Spec.Containers[0].Command[1:] {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		out[k] = v
+	}
+	return out
+}
+
+// The profile named in the node file reaches etcd's raft timers and the
+// leader election of the controller-manager and the scheduler.
+func TestTimingFlags(t *testing.T) {
+	election := func(lease, renew, retry string) map[string]string {
+		return map[string]string{"leader-elect": "true", "leader-elect-lease-duration": lease,
+			"leader-elect-renew-deadline": renew, "leader-elect-retry-period": retry}
+	}
+	for _, tc := range []struct {
+		timing, role string
+		etcd         map[string]string
+		election     map[string]string
+	}{
+		{"", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s")},
+		{"default", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s")},
+		{"slow", "genesis", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s")},
+		// A joining master renders the same etcd timers as genesis: raft
+		// needs them to match across members.
+		{"slow", "master", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s")},
+	} {
+		n := node("m1", tc.role, "192.168.10.11")
+		n.Cluster.Timing = tc.timing
+		p := GenesisParams(n, testImages)
+		for _, c := range []struct {
+			pod  *corev1.Pod
+			want map[string]string
+		}{
+			{Etcd(p), tc.etcd},
+			{ControllerManager(p), tc.election},
+			{Scheduler(p), tc.election},
+		} {
+			got := flagsOf(c.pod)
+			for k, v := range c.want {
+				if got[k] != v {
+					t.Errorf("timing %q, %s: %s: --%s=%q, want %q", tc.timing, tc.role, c.pod.Name, k, got[k], v)
+				}
+			}
+		}
+	}
+}
+
+// Every static pod with a liveness probe has a startup probe on the same
+// endpoint that allows the profile's startup time; the liveness probe
+// needs no initial delay, since it counts only after startup succeeded.
+func TestStartupProbes(t *testing.T) {
+	endpoints := map[string]string{
+		"etcd":                    "HTTP 127.0.0.1:2381/health?serializable=true",
+		"kube-apiserver":          "HTTPS 127.0.0.1:6443/livez",
+		"kube-controller-manager": "HTTPS 127.0.0.1:10257/healthz",
+		"kube-scheduler":          "HTTPS 127.0.0.1:10259/livez",
+	}
+	for _, tc := range []struct {
+		timing string
+		want   time.Duration
+	}{
+		{"", 5 * time.Minute},
+		{"default", 5 * time.Minute},
+		{"slow", 15 * time.Minute},
+	} {
+		n := node("m1", "genesis", "192.168.10.11")
+		n.Cluster.Timing = tc.timing
+		p := GenesisParams(n, testImages)
+		var probed []string
+		for _, pod := range append(ControlPlane(p), NodeLocalDNS(p)) {
+			c := pod.Spec.Containers[0]
+			if c.LivenessProbe == nil {
+				if c.StartupProbe != nil {
+					t.Errorf("%s: a startup probe without a liveness probe", pod.Name)
+				}
+				continue
+			}
+			probed = append(probed, pod.Name)
+			s, l := c.StartupProbe, c.LivenessProbe
+			if s == nil {
+				t.Errorf("timing %q: %s has a liveness probe and no startup probe", tc.timing, pod.Name)
+				continue
+			}
+			if !reflect.DeepEqual(s.ProbeHandler, l.ProbeHandler) {
+				t.Errorf("%s: startup probe %+v, liveness probe %+v: not the same endpoint", pod.Name, s.HTTPGet, l.HTTPGet)
+			}
+			if g := l.HTTPGet; endpoints[pod.Name] != string(g.Scheme)+" "+g.Host+":"+g.Port.String()+g.Path {
+				t.Errorf("%s: probes %s %s:%s%s, want %s", pod.Name, g.Scheme, g.Host, g.Port.String(), g.Path, endpoints[pod.Name])
+			}
+			if l.InitialDelaySeconds != 0 {
+				t.Errorf("%s: liveness initial delay %d s behind a startup probe", pod.Name, l.InitialDelaySeconds)
+			}
+			allowed := time.Duration(s.InitialDelaySeconds+s.PeriodSeconds*s.FailureThreshold) * time.Second
+			if allowed < tc.want || allowed > tc.want+time.Duration(s.PeriodSeconds)*time.Second {
+				t.Errorf("timing %q: %s: startup probe allows %s, want %s", tc.timing, pod.Name, allowed, tc.want)
+			}
+		}
+		slices.Sort(probed)
+		if want := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}; !slices.Equal(probed, want) {
+			t.Errorf("timing %q: pods with liveness probes %v, want %v", tc.timing, probed, want)
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// EtcdMember is one member as the test checks it.
+type EtcdMember struct {
+	Name      string
+	IsLearner bool
+}
+
+// EtcdMembers lists the members through the etcd at endpoint, with the
+// apiserver's etcd client certificate from a master's config cfg; every
+// connection is made by dial (a netns.Net's DialContext).
+func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([]EtcdMember, error) {
+	tlsCfg, err := etcdTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", endpoint, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r, err := c.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member list at %s: %w", endpoint, err)
+	}
+	var out []EtcdMember
+	for _, m := range r.Members {
+		out = append(out, EtcdMember{Name: m.Name, IsLearner: m.IsLearner})
+	}
+	return out, nil
+}
+
+func etcdTLS(cfg []byte) (*tls.Config, error) {
+	crt, err := File(cfg, "/etc/kiln/pki/apiserver-etcd-client.crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := File(cfg, "/etc/kiln/pki/apiserver-etcd-client.key")
+	if err != nil {
+		return nil, err
+	}
+	ca, err := File(cfg, "/etc/kiln/pki/etcd/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, fmt.Errorf("the etcd client pair: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}

@@ -1,0 +1,71 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The three-node site on a bridge in a network namespace (package netns):
+// the bridge carries the gateway address, each node a tap on it.
+const (
+	BridgeCIDR = "10.77.0.1/24"
+	Gateway    = "10.77.0.1"
+
+	M1MAC  = "52:54:00:77:00:11"
+	M1Addr = "10.77.0.11/24"
+	M2MAC  = "52:54:00:77:00:12"
+	M2Addr = "10.77.0.12/24"
+	W1MAC  = "52:54:00:77:00:21"
+	W1Addr = "10.77.0.21/24"
+)
+
+// ClusterSite is a two-master, one-worker site on the namespace's bridge:
+// m1 (genesis) and m2 masters, w1 a worker in the edge pool; three VMs
+// under TCG on 2 cores are a slow machine, so its timing is slow.
+func ClusterSite() string {
+	node := func(name, role, mac, addr, extra string) string {
+		return fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}%s}\n",
+			name, role, mac, addr, Gateway, extra)
+	}
+	return `apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster:
+  name: qemu
+  kubernetesVersion: v1.37.1
+  podCIDR: 10.244.0.0/16
+  serviceCIDR: 10.96.0.0/12
+  timing: slow
+nodes:
+` + node("m1", "genesis", M1MAC, M1Addr, "") +
+		node("m2", "master", M2MAC, M2Addr, "") +
+		node("w1", "worker", W1MAC, W1Addr, ", labels: {kiln.dev/pool: edge}")
+}
+
+// NetnsClient is a client with an admin kubeconfig used as written: its
+// server (the site's discovery name) and certificates unchanged, every
+// connection made by dial, such as a netns.Net's DialContext (which then
+// needs the discovery name given to its AddHost). contextName "" is the
+// kubeconfig's current context.
+func NetnsClient(adminKubeconfig []byte, contextName string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (kubernetes.Interface, *rest.Config, error) {
+	kc, err := clientcmd.Load(adminKubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	rc, err := clientcmd.NewNonInteractiveClientConfig(*kc, contextName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin kubeconfig, context %q: %w", contextName, err)
+	}
+	rc.Dial = dial
+	rc.Timeout = 20 * time.Second
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin kubeconfig, context %q: %w", contextName, err)
+	}
+	return kube, rc, nil
+}

@@ -1,0 +1,74 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-project/kiln/site"
+)
+
+func TestClusterSiteRendersEveryNode(t *testing.T) {
+	s, err := site.Parse("cluster.yaml", []byte(ClusterSite()))
+	if err != nil {
+		t.Fatalf("the site does not validate: %v\n%s", err, ClusterSite())
+	}
+	want := map[string]struct{ role, mac, addr string }{
+		"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "w1": {"worker", W1MAC, W1Addr},
+	}
+	for _, n := range s.Nodes {
+		w := want[n.Name]
+		if n.Role != w.role || len(n.MACs) != 1 || !strings.EqualFold(n.MACs[0], w.mac) || n.Network.Address != w.addr || n.Network.Gateway != Gateway {
+			t.Errorf("node %s: %+v, want %+v", n.Name, n, w)
+		}
+	}
+	if got := s.Nodes[2].Labels["kiln.dev/pool"]; got != "edge" {
+		t.Errorf("w1's pool label %q", got)
+	}
+	cfgs, err := Configs(ClusterSite(), filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"m1", "m2", "w1"} {
+		if len(cfgs[name]) == 0 {
+			t.Errorf("no config for %s", name)
+		}
+	}
+}
+
+func TestNetnsClientDialsTheServerAsWritten(t *testing.T) {
+	cfgs, err := Configs(ClusterSite(), filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := File(cfgs["m1"], "/etc/kiln/kubeconfig/admin.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialed []string
+	refused := errors.New("test dialer: not connecting")
+	kube, rc, err := NetnsClient(admin, "", func(_ context.Context, network, addr string) (net.Conn, error) {
+		dialed = append(dialed, network+" "+addr)
+		return nil, refused
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(rc.Host)
+	if err != nil || u.Host != site.DefaultDiscoveryName+":6443" {
+		t.Fatalf("server %q, want the discovery name as written", rc.Host)
+	}
+	if _, err := kube.Discovery().ServerVersion(); !errors.Is(err, refused) && (err == nil || !strings.Contains(err.Error(), refused.Error())) {
+		t.Fatalf("ServerVersion: %v, want the test dialer's error", err)
+	}
+	if len(dialed) == 0 || dialed[0] != "tcp "+site.DefaultDiscoveryName+":6443" {
+		t.Fatalf("dialed %v, want tcp %s:6443", dialed, site.DefaultDiscoveryName)
+	}
+	if _, _, err := NetnsClient(admin, "no-such-context", nil); err == nil {
+		t.Error("an unknown context was accepted")
+	}
+}

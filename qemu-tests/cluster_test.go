@@ -1,0 +1,350 @@
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/qemu-tests/cluster"
+	"github.com/kiln-project/kiln/qemu-tests/netns"
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
+// The cluster scenario's bounds under TCG on 2 cores.
+const (
+	joinBoot      = 30 * time.Minute // a boot until its role's done line
+	clusterSettle = 15 * time.Minute // every Node Ready and kube-system pod running
+	// clusterPods: m1 and m2 run etcd, apiserver, controller-manager,
+	// scheduler, node DNS, kiln-net, kube-proxy, 4 component anchors and
+	// the discovery anchor (12 each); w1 node DNS, kiln-net, kube-proxy
+	// and the discovery anchor; one cluster DNS pod.
+	clusterPods = 12 + 12 + 4 + 1
+)
+
+// clusterVM is one machine of the scenario.
+type clusterVM struct {
+	name, mac, addr string
+	cpus, memMiB    int
+	done            string // its role's done line
+	*vm.VM
+}
+
+// TestClusterJoinsAndSurvivesPowerCut boots a site of three machines on
+// one L2 segment (a bridge in a network namespace): m1 (genesis) first,
+// then m2 (master) and w1 (worker) side by side. It checks the cluster
+// the way an operator would, then cuts the power of every VM at once,
+// boots them all again with no config, and checks it again.
+func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	image, err := cluster.KilnImage(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkiDir := filepath.Join(t.TempDir(), "pki")
+	cfgs, err := cluster.Configs(cluster.ClusterSite(), pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := cluster.AdminKubeconfig(cluster.ClusterSite(), pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs["m1"] = withDockerProbe(t, cfgs["m1"], image)
+	seg := segment(t)
+	nodes := []*clusterVM{
+		{name: "m1", mac: cluster.M1MAC, addr: cluster.M1Addr, cpus: 2, memMiB: 3072, done: `kiln-firstboot: done role=genesis`},
+		{name: "m2", mac: cluster.M2MAC, addr: cluster.M2Addr, cpus: 1, memMiB: 3072, done: `kiln-firstboot: done role=master`},
+		{name: "w1", mac: cluster.W1MAC, addr: cluster.W1Addr, cpus: 1, memMiB: 2048, done: `kiln-firstboot: done role=worker`},
+	}
+	// m1 bootstraps alone; the others boot once it is done, so the cores
+	// go to the slowest part first.
+	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0], cfgs["m1"])
+	waitDone(t, nodes[0], "bootstrapped")
+	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
+	for _, n := range nodes[1:] {
+		n.VM = startClusterVM(t, seg, out, dir, n, cfgs[n.name])
+	}
+	for _, n := range nodes[1:] {
+		waitDone(t, n, "joined")
+	}
+	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(context.Background(), kube))
+		}
+	})
+	checkWholeCluster(t, seg, kube, cfgs["m1"], image, time.Time{})
+	kubectlGetNodes(t, seg, admin)
+	checkPodNetwork(t, kube, image)
+	checkDiscoveryFromWorker(t, kube, image)
+
+	for cut := 1; cut <= powerCuts(t); cut++ {
+		wholeClusterPowerCut(t, seg, kube, nodes, cfgs["m1"], image, cut)
+	}
+}
+
+// powerCuts is how many whole-cluster power cuts in a row the scenario
+// makes: one in make test, more in make soak (KILN_POWER_CUTS).
+func powerCuts(t *testing.T) int {
+	n := 1
+	if v := os.Getenv("KILN_POWER_CUTS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+			t.Fatalf("KILN_POWER_CUTS=%q: want a count of at least 1", v)
+		}
+	}
+	return n
+}
+
+// wholeClusterPowerCut writes a ConfigMap, pulls every plug at once, boots
+// every machine again with no config, and checks that the cluster came
+// back by itself with the write.
+func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interface, nodes []*clusterVM, m1cfg []byte, image string, cut int) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("survives-power-cut-%d", cut)}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
+	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The write was acknowledged once a quorum of etcd had it: every
+	// plug is pulled at once, and every machine boots again with no
+	// config, in no particular order.
+	bootIDs := map[string]string{}
+	for _, n := range nodes {
+		id, err := n.BootID(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bootIDs[n.name] = id
+	}
+	for _, n := range nodes {
+		n.PowerCut()
+	}
+	restart := time.Now().Add(-5 * time.Second) // guest clocks start from the host's RTC
+	for _, n := range nodes {
+		n.Ignition = nil
+		if err := n.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		waitDone(t, n, "restored")
+		if id, err := n.BootID(ctx, time.Minute); err != nil || id == bootIDs[n.name] {
+			t.Errorf("%s: boot id %q after power cut %d (%v), before %q", n.name, id, cut, err, bootIDs[n.name])
+		}
+	}
+	got, err := kube.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
+	if err != nil || got.Data["written"] != cm.Data["written"] {
+		t.Fatalf("the ConfigMap after power cut %d: %v %v", cut, got, err)
+	}
+	checkWholeCluster(t, seg, kube, m1cfg, image, restart)
+	checkPodNetwork(t, kube, image)
+}
+
+// segment is the scenario's L2: a namespace with a bridge and a tap per
+// machine; it is removed when the test ends, pass or fail.
+func segment(t *testing.T) *netns.Net {
+	t.Helper()
+	seg, err := netns.New(fmt.Sprintf("cl%d", os.Getpid()%100000), cluster.BridgeCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := seg.Close(); err != nil {
+			t.Errorf("removing namespace %s: %v", seg.Name, err)
+		}
+	})
+	return seg
+}
+
+// startClusterVM makes n's tap and state disk and boots it from the ISO
+// with its config.
+func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, n *clusterVM, cfg []byte) *vm.VM {
+	t.Helper()
+	tap := "tap-" + n.name
+	if err := seg.AddTap(tap); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(dir, n.name+"-state.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
+	return startVM(t, vm.Config{Name: n.name, Dir: filepath.Join(dir, n.name), Firmware: vm.BIOS, Boot: vm.BootISO,
+		MemoryMiB: n.memMiB, CPUs: n.cpus, MAC: n.mac, ISO: filepath.Join(out, "node.iso"),
+		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: seg.Name, Tap: tap, Ignition: cfg})
+}
+
+// waitDone waits for the machine's role to end and fails unless it says
+// how (bootstrapped, joined, restored).
+func waitDone(t *testing.T, n *clusterVM, how string) {
+	t.Helper()
+	line, err := n.WaitLine(context.Background(), mustRe(n.done+`|kiln-firstboot: error`), joinBoot)
+	if err != nil || !strings.Contains(line, n.done+" ("+how) {
+		t.Fatalf("%s: %q %v, want %q (%s)", n.name, line, err, n.done, how)
+	}
+	t.Logf("%s boot %d: %s (%s after power-on)", n.name, n.Boot(), line, n.Uptime().Round(time.Second))
+}
+
+// checkWholeCluster: every Node Ready from a heartbeat since, every
+// kube-system pod running with containers started since, etcd with two
+// voting members and no learner, and cluster DNS answering in a pod.
+func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, m1cfg []byte, image string, since time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{"m1", "m2", "w1"} {
+		eventually(t, "node "+name+" Ready", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, name, since) })
+	}
+	eventually(t, "every kube-system pod running", clusterSettle, func() error {
+		return clustercheck.KubeSystemRunning(ctx, kube, clusterPods, since)
+	})
+	eventually(t, "etcd: two voting members, no learner", 5*time.Minute, func() error {
+		members, err := cluster.EtcdMembers(ctx, m1cfg, "https://10.77.0.11:2379", seg.DialContext)
+		if err != nil {
+			return err
+		}
+		if len(members) != 2 || slices.ContainsFunc(members, func(m cluster.EtcdMember) bool { return m.IsLearner || m.Name == "" }) {
+			return fmt.Errorf("members %+v", members)
+		}
+		return nil
+	})
+	pod := clustercheck.CheckPod("dns-check", image, "w1", "dns", "--retry", "120s", serviceName)
+	if _, logs := runCheckPod(t, kube, pod); !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
+		t.Fatalf("cluster DNS from w1: %q", logs)
+	}
+}
+
+// kubectlGetNodes runs the operator's kubectl with admin.kubeconfig as
+// kiln gen wrote it, from inside the segment, once per master context.
+func kubectlGetNodes(t *testing.T, seg *netns.Net, admin []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := os.WriteFile(path, admin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := kubernetesBinary(t, "kubectl")
+	for _, context := range []string{"admin@qemu-m1", "admin@qemu-m2"} {
+		out, err := seg.Command(t.Context(), kubectl, "--kubeconfig", path, "--context", context, "get", "nodes", "-o", "name").CombinedOutput()
+		if err != nil || string(out) != "node/m1\nnode/m2\nnode/w1\n" {
+			t.Errorf("kubectl --context %s get nodes: %v\n%s", context, err, out)
+		}
+	}
+}
+
+// checkPodNetwork: a pod on w1 reaches an echo pod on m1 by its pod IP,
+// keeping its own pod address as the source (no masquerade between
+// nodes), and through a ClusterIP Service.
+func checkPodNetwork(t *testing.T, kube kubernetes.Interface, image string) {
+	t.Helper()
+	ctx := context.Background()
+	echo := clustercheck.CheckPod("echo", image, "m1", "serve", "--listen", ":8080")
+	echo.Labels["app"] = "echo"
+	echo.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pods := kube.CoreV1().Pods("default")
+	_ = pods.Delete(ctx, echo.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	eventually(t, "the echo pod's old copy gone", 2*time.Minute, func() error {
+		if _, err := pods.Get(ctx, echo.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	if _, err := pods.Create(ctx, echo, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	if _, err := kube.CoreV1().Services("default").Get(ctx, "echo", metav1.GetOptions{}); err != nil {
+		if _, err := kube.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var echoIP string
+	eventually(t, "the echo pod running on m1", 10*time.Minute, func() error {
+		p, err := pods.Get(ctx, echo.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("echo pod %s on %s", p.Status.Phase, p.Spec.NodeName)
+		}
+		echoIP = p.Status.PodIP
+		return nil
+	})
+	client := clustercheck.CheckPod("echo-client", image, "w1", "http", "--retry", "120s",
+		"http://"+echoIP+":8080/", "http://echo.default.svc.cluster.local/")
+	ended, logs := runCheckPod(t, kube, client)
+	clientIP := ended.Status.PodIP
+	byIP := fmt.Sprintf("got http://%s:8080/: kiln-echo host=echo from=%s", echoIP, clientIP)
+	if clientIP == "" || !strings.Contains(logs, byIP) || !strings.Contains(logs, "got http://echo.default.svc.cluster.local/: kiln-echo host=echo from=") {
+		t.Fatalf("pod network w1 -> m1: want %q and an answer through the service; logs:\n%s", byIP, logs)
+	}
+}
+
+// checkDiscoveryFromWorker asks w1's node-local CoreDNS (from a host
+// network pod on w1) for the discovery name: both masters answer.
+func checkDiscoveryFromWorker(t *testing.T, kube kubernetes.Interface, image string) {
+	t.Helper()
+	pod := clustercheck.CheckPod("discovery-check", image, "w1", "dns", "--retry", "60s", "kube-apiserver.kiln.internal")
+	pod.Spec.HostNetwork = true
+	pod.Spec.DNSPolicy = corev1.DNSNone
+	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}}
+	eventually(t, "the discovery name from w1 lists both masters", 3*time.Minute, func() error {
+		_, logs := runCheckPod(t, kube, pod)
+		if !strings.Contains(logs, "10.77.0.11") || !strings.Contains(logs, "10.77.0.12") {
+			return fmt.Errorf("w1's node-local DNS: %q", logs)
+		}
+		return nil
+	})
+}
+
+// runCheckPod runs a check pod to its end and returns it as it ended,
+// with its logs.
+func runCheckPod(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, string) {
+	t.Helper()
+	ended, logs, err := clustercheck.RunPod(context.Background(), kube, pod, 10*time.Minute, t.Logf)
+	if err != nil {
+		t.Fatalf("check pod %s: %v", pod.Name, err)
+	}
+	if ended.Status.Phase != corev1.PodSucceeded {
+		t.Logf("check pod %s ended %s on %s", pod.Name, ended.Status.Phase, ended.Spec.NodeName)
+	}
+	return ended, logs
+}
+
+// kubernetesBinary is a Kubernetes program the default image bakes, from
+// the component build cache (make image built it).
+func kubernetesBinary(t *testing.T, program string) string {
+	t.Helper()
+	spec, err := images.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	goMod, err := gobuild.ModuleGoMod(ctx, "k8s.io/kubernetes", spec.Components.Kubernetes.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := gobuild.KubernetesTarget(spec.Components.Kubernetes.Version, goMod, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := gobuild.Builder{CacheDir: gobuild.DefaultCacheDir()}.Build(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins[program]
+}
