@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -38,8 +37,8 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 		return err
 	}
 	disk := filepath.Join(dir, "state.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "8G").CombinedOutput(); err != nil {
-		return fmt.Errorf("qemu-img: %v: %s", err, out)
+	if err := createQcow2(disk, "8G"); err != nil {
+		return fmt.Errorf("genesis state disk: %w", err)
 	}
 	port, err := cluster.FreePort()
 	if err != nil {
@@ -100,6 +99,9 @@ func timeToReady(ctx context.Context, v *vm.VM, kube kubernetes.Interface, since
 			}
 			if time.Now().After(deadline) {
 				return 0, fmt.Errorf("not there after 30 min (console: %s)", v.ConsolePath(v.Boot()))
+			}
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
 			}
 			time.Sleep(time.Second)
 		}

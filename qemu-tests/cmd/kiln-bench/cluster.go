@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/qemu-tests/cluster"
+	"github.com/kiln-project/kiln/qemu-tests/netns"
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
+// The cluster part's bounds, the QEMU scenario's: a boot to its role's
+// done line or to every Node Ready, and the cluster settling before the
+// power cut.
+const (
+	clusterBoot   = 30 * time.Minute
+	clusterSettle = 15 * time.Minute
+)
+
+// clusterPods is the scenario's count of kube-system pods: m1 and m2 run
+// etcd, apiserver, controller-manager, scheduler, node DNS, kiln-net,
+// kube-proxy, 4 component anchors and the discovery anchor (12 each); w1
+// node DNS, kiln-net, kube-proxy and the discovery anchor; one cluster
+// DNS pod.
+const clusterPods = 12 + 12 + 4 + 1
+
+// The issue's goals, as multiples of the plain boot: the cluster all
+// Ready, and back after a whole-cluster power cut.
+const (
+	goalAllReady = 6.0
+	goalAfterCut = 4.0
+)
+
+const clusterTitle = "Cluster (ISO, SeaBIOS, TCG, `timing: slow`; m1 genesis 2 vCPUs 3 GiB, m2 master 1 vCPU 3 GiB, " +
+	"w1 worker 1 vCPU 2 GiB, on a bridge in a network namespace; the host polls the Nodes through it every 2 s)"
+
+var clusterHead = [3]string{"step", "time", "floor: plain boot of the same ISO to the login prompt (SeaBIOS, 3 GiB, 2 vCPUs)"}
+
+// clusterNode is one machine of the QEMU cluster scenario's site, with
+// the scenario's size; its role names its done line.
+type clusterNode struct {
+	name, role, mac string
+	cpus, memMiB    int
+	on              time.Time // this boot's power-on
+	*vm.VM
+}
+
+func clusterNodes() []*clusterNode {
+	return []*clusterNode{
+		{name: "m1", role: "genesis", mac: cluster.M1MAC, cpus: 2, memMiB: 3072},
+		{name: "m2", role: "master", mac: cluster.M2MAC, cpus: 1, memMiB: 3072},
+		{name: "w1", role: "worker", mac: cluster.W1MAC, cpus: 1, memMiB: 2048},
+	}
+}
+
+// benchCluster times the QEMU cluster scenario's site on the image: m1
+// alone to its bootstrap, then m2 and w1 together to their joins and
+// every Node Ready; then a whole-cluster power cut and every machine
+// back with no config. The floor is the same ISO's plain boot to the
+// login prompt, measured here too. The namespace is removed and every VM
+// powered off when the part ends, whatever happened.
+func benchCluster(ctx context.Context, o options, work string, r *report) (err error) {
+	dir := filepath.Join(work, "cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	clusterLog("plain boot floor (SeaBIOS, 3 GiB, 2 vCPUs)")
+	floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), bootPath{name: "ISO", setup: withMemory(isoBoot(vm.BIOS), 3072)}, true, loginLine)
+	if err != nil {
+		return fmt.Errorf("cluster floor: %w", err)
+	}
+	pkiDir := filepath.Join(dir, "pki")
+	cfgs, err := cluster.Configs(cluster.ClusterSite(), pkiDir)
+	if err != nil {
+		return fmt.Errorf("cluster site configs: %w", err)
+	}
+	admin, err := cluster.AdminKubeconfig(cluster.ClusterSite(), pkiDir)
+	if err != nil {
+		return fmt.Errorf("cluster admin kubeconfig: %w", err)
+	}
+	seg, err := netns.New(fmt.Sprintf("bench%d", os.Getpid()%100000), cluster.BridgeCIDR)
+	if err != nil {
+		return fmt.Errorf("cluster namespace: %w", err)
+	}
+	defer func() {
+		clusterLog("removing namespace %s", seg.Name)
+		if cerr := seg.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("removing namespace %s: %w", seg.Name, cerr))
+		}
+	}()
+	c := &clusterRun{o: o, seg: seg, dir: dir, nodes: clusterNodes(), cfgs: cfgs, floor: floor, r: r}
+	defer powerOff(c.nodes) // before the namespace goes: QEMU runs inside it
+	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
+		return err
+	}
+	if err := c.timeJoins(ctx); err != nil {
+		return err
+	}
+	if err := r.write(o.results); err != nil { // keep the joins if the power cut fails
+		return err
+	}
+	return c.timePowerCut(ctx)
+}
+
+// clusterRun is one run of the cluster part: its site's machines on a
+// namespace's bridge, their configs, a client through the namespace, and
+// the floor its figures go beside.
+type clusterRun struct {
+	o     options
+	seg   *netns.Net
+	dir   string
+	nodes []*clusterNode
+	cfgs  map[string][]byte
+	kube  kubernetes.Interface
+	floor time.Duration
+	r     *report
+}
+
+// timeJoins boots m1 alone until it has bootstrapped the cluster, then m2
+// and w1 together, as the scenario does, and times m2's join and every
+// Node Ready.
+func (c *clusterRun) timeJoins(ctx context.Context) error {
+	nodes, floor := c.nodes, c.floor
+	m1 := nodes[0]
+	if err := c.start(m1); err != nil {
+		return err
+	}
+	boot, err := waitRoleDone(ctx, m1, "bootstrapped")
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes[1:] {
+		if err := c.start(n); err != nil {
+			return err
+		}
+	}
+	got, err := settle(ctx, c.kube, nodes[1:], "joined", time.Time{})
+	if err != nil {
+		return fmt.Errorf("joining m2 and w1: %w", err)
+	}
+	c.r.add(clusterTitle, clusterHead,
+		ratioRow("m1 power-on to `done role=genesis (bootstrapped`", boot.Sub(m1.on), floor, 0, "m1 alone"),
+		ratioRow("**master join**: m2 power-on to `done role=master (joined`", got.done["m2"].Sub(nodes[1].on), floor, 0,
+			"m1 bootstrapped first; m2 and w1 powered on together"),
+		ratioRow("w1 power-on to `done role=worker (joined`", got.done["w1"].Sub(nodes[2].on), floor, 0, "stamped at its first Ready"),
+		ratioRow("**all Ready**: m1 power-on to the three Nodes Ready", got.ready.Sub(m1.on), floor, goalAllReady,
+			"as the bench sees them through the namespace"),
+		ratioRow("m2 + w1 power-on to the three Nodes Ready", got.ready.Sub(nodes[1].on), floor, 0, ""))
+	return nil
+}
+
+// timePowerCut waits for the cluster to settle as the scenario checks it
+// before its cut, pulls every plug at once, boots every machine again
+// with no config, and times the restart to every Node Ready with a
+// heartbeat from after the restart, and to every `restored` line.
+func (c *clusterRun) timePowerCut(ctx context.Context) error {
+	nodes, floor := c.nodes, c.floor
+	if err := c.waitSettled(ctx); err != nil {
+		return fmt.Errorf("before the power cut: %w", err)
+	}
+	clusterLog("whole-cluster power cut: m1, m2 and w1 killed at once, booted again with no config")
+	for _, n := range nodes {
+		n.PowerCut()
+	}
+	since := time.Now().Add(-5 * time.Second) // guest clocks start from the host's RTC
+	for _, n := range nodes {
+		n.Ignition = nil
+		if err := n.Restart(); err != nil {
+			return fmt.Errorf("%s: booting after the power cut: %w", n.name, err)
+		}
+		n.on = poweredOn(n.VM)
+	}
+	restart := nodes[0].on
+	got, err := settle(ctx, c.kube, nodes, "restored", since)
+	if err != nil {
+		return fmt.Errorf("after the power cut: %w", err)
+	}
+	rows := []row{ratioRow("**power cut**: restart to the three Nodes Ready again", got.ready.Sub(restart), floor, goalAfterCut,
+		"every VM killed at once, booted with no config; heartbeats from restart − 5 s on, as the QEMU scenario does")}
+	var last time.Time
+	for _, n := range nodes {
+		rows = append(rows, ratioRow(fmt.Sprintf("power cut: %s restart to `done role=%s (restored`", n.name, n.role),
+			got.done[n.name].Sub(n.on), floor, 0, ""))
+		if got.done[n.name].After(last) {
+			last = got.done[n.name]
+		}
+	}
+	rows = append(rows, ratioRow("power cut: restart to the last `restored` line", last.Sub(restart), floor, 0, ""))
+	c.r.add(clusterTitle, clusterHead, rows...)
+	return nil
+}
+
+// waitSettled waits, untimed, for what the scenario checks before its power
+// cut: every kube-system pod running and etcd with two voting members, so
+// the cut hits a settled cluster, not one still starting pods or
+// promoting m2's etcd.
+func (c *clusterRun) waitSettled(ctx context.Context) error {
+	what := fmt.Sprintf("at least %d kube-system pods running", clusterPods)
+	clusterLog("waiting up to %s for %s", clusterSettle, what)
+	if err := clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
+		return clustercheck.KubeSystemRunning(ctx, c.kube, clusterPods, time.Time{})
+	}); err != nil {
+		return err
+	}
+	what = "etcd: two voting members, no learner"
+	clusterLog("waiting up to %s for %s", clusterSettle, what)
+	return clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
+		m1, _, _ := strings.Cut(cluster.M1Addr, "/")
+		members, err := cluster.EtcdMembers(ctx, c.cfgs["m1"], "https://"+m1+":2379", c.seg.DialContext)
+		if err != nil {
+			return err
+		}
+		if len(members) != 2 || slices.ContainsFunc(members, func(m cluster.EtcdMember) bool { return m.IsLearner || m.Name == "" }) {
+			return fmt.Errorf("members %+v", members)
+		}
+		return nil
+	})
+}
+
+// settledAt is when each awaited machine showed its done line, and when
+// the bench saw every Node Ready.
+type settledAt struct {
+	done  map[string]time.Time
+	ready time.Time
+}
+
+// settle waits, side by side, for each of waiting's done lines (ended
+// how) and for the three Nodes Ready with a heartbeat at since or later.
+// The first failure stops the other waits and is returned.
+func settle(ctx context.Context, kube kubernetes.Interface, waiting []*clusterNode, how string, since time.Time) (settledAt, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := settledAt{done: map[string]time.Time{}}
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	record := func(name string, at time.Time, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && first == nil:
+			first = err
+			cancel()
+		case err == nil && name == "":
+			s.ready = at
+		case err == nil:
+			s.done[name] = at
+		}
+	}
+	for _, n := range waiting {
+		wg.Go(func() {
+			at, err := waitRoleDone(ctx, n, how)
+			record(n.name, at, err)
+		})
+	}
+	wg.Go(func() {
+		err := allReady(ctx, kube, since)
+		record("", time.Now(), err)
+	})
+	wg.Wait()
+	return s, first
+}
+
+// allReady polls, through the namespace, until m1, m2 and w1 are Ready
+// with a kubelet heartbeat at since or later.
+func allReady(ctx context.Context, kube kubernetes.Interface, since time.Time) error {
+	what := "Nodes m1, m2, w1 Ready"
+	if !since.IsZero() {
+		what += " with a heartbeat since " + since.Format(time.TimeOnly)
+	}
+	clusterLog("waiting up to %s for %s", clusterBoot, what)
+	err := clustercheck.Wait(ctx, what, clusterBoot, clusterLog, func(ctx context.Context) error {
+		for _, name := range []string{"m1", "m2", "w1"} {
+			if err := clustercheck.NodeReady(ctx, kube, name, since); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		clusterLog("the cluster when the wait failed:\n%s", clustercheck.Describe(dctx, kube))
+	}
+	return err
+}
+
+// waitRoleDone waits for n's role to end on its console, fails unless it
+// ended how (bootstrapped, joined, restored), and returns when the line
+// was seen.
+func waitRoleDone(ctx context.Context, n *clusterNode, how string) (time.Time, error) {
+	want := "kiln-firstboot: done role=" + n.role
+	clusterLog("waiting up to %s for %s's `%s (%s` (console: %s)", clusterBoot, n.name, want, how, n.ConsolePath(n.Boot()))
+	line, err := n.WaitLine(ctx, regexp.MustCompile(regexp.QuoteMeta(want)+`|kiln-firstboot: error`), clusterBoot)
+	at := time.Now()
+	if err == nil && !strings.Contains(line, want+" ("+how) {
+		err = fmt.Errorf("the console says %q", line)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			clusterLog("%s console, last lines:\n%s", n.name, n.Tail(40))
+		}
+		return at, fmt.Errorf("%s: waiting for `%s (%s`: %w", n.name, want, how, err)
+	}
+	clusterLog("%s: %s (%s after power-on)", n.name, line, at.Sub(n.on).Round(time.Second))
+	return at, nil
+}
+
+// start makes n's tap and blank state disk and boots it from the ISO
+// with its config, as the scenario does.
+func (c *clusterRun) start(n *clusterNode) error {
+	tap := "tap-" + n.name
+	if err := c.seg.AddTap(tap); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	disk := filepath.Join(c.dir, n.name+"-state.qcow2")
+	if err := createQcow2(disk, "8G"); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	v, err := vm.Start(vm.Config{Name: n.name, Dir: filepath.Join(c.dir, n.name), Firmware: vm.BIOS, Boot: vm.BootISO,
+		MemoryMiB: n.memMiB, CPUs: n.cpus, KVM: vm.KVMUsable(), MAC: n.mac, ISO: abs(filepath.Join(c.o.out, "node.iso")),
+		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: c.seg.Name, Tap: tap, Ignition: c.cfgs[n.name]})
+	if err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
+	}
+	n.VM, n.on = v, poweredOn(v)
+	clusterLog("%s (%s) powered on: %d vCPU, %d MiB", n.name, n.role, n.cpus, n.memMiB)
+	return nil
+}
+
+// powerOff kills every VM of the part that runs.
+func powerOff(nodes []*clusterNode) {
+	for _, n := range nodes {
+		if n.VM != nil {
+			n.PowerCut()
+		}
+	}
+	clusterLog("every VM powered off")
+}
+
+// poweredOn is when the current boot of v started.
+func poweredOn(v *vm.VM) time.Time { return time.Now().Add(-v.Uptime()) }
+
+// createQcow2 makes a blank qcow2 disk of size.
+func createQcow2(path, size string) error {
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", path, size).CombinedOutput(); err != nil {
+		return fmt.Errorf("qemu-img create %s: %w: %s", path, err, out)
+	}
+	return nil
+}
+
+// withMemory gives a boot path's VM memMiB of memory (timeBoot gives it
+// 2 vCPUs), so a floor has the shape of the machine it is beside.
+func withMemory(setup func(options, string, bool) (vm.Config, func(), error), memMiB int) func(options, string, bool) (vm.Config, func(), error) {
+	return func(o options, dir string, plain bool) (vm.Config, func(), error) {
+		cfg, cleanup, err := setup(o, dir, plain)
+		cfg.MemoryMiB = memMiB
+		return cfg, cleanup, err
+	}
+}
+
+// ratioRow is a figure beside its floor, with its ratio to the floor and,
+// for goal > 0, whether it is within goal times the floor.
+func ratioRow(what string, d, floor time.Duration, goal float64, note string) row {
+	ratio := d.Seconds() / floor.Seconds()
+	text := fmt.Sprintf("%.2f× the floor", ratio)
+	if goal > 0 {
+		verdict := "met"
+		if ratio > goal {
+			verdict = "**not met**"
+		}
+		text += fmt.Sprintf("; goal ≤ %g×: %s", goal, verdict)
+	}
+	if note != "" {
+		text += "; " + note
+	}
+	return row{what, secs(d), secs(floor), text}
+}
+
+func clusterLog(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "== cluster: "+format+"\n", args...)
+}
