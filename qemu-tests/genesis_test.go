@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"

@@ -129,7 +129,7 @@ func toUnstructured(o runtime.Object) (*unstructured.Unstructured, error) {
 // labelNode marks a node a master (the label the anchors select) and
 // applies its site labels and taints.
 func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]string, taints []corev1.Taint, bound time.Duration) error {
-	all := map[string]string{manifests.MasterLabel: "", manifests.RoleLabel: "master"}
+	all := map[string]string{manifests.MasterLabel: "", manifests.RoleLabel: nodefile.RoleMaster}
 	maps.Copy(all, labels)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": all}})
 	if err != nil {

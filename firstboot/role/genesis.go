@@ -8,6 +8,7 @@ import (
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // errClusterExists sends a genesis node whose cluster already exists
@@ -20,10 +21,10 @@ var errClusterExists = errors.New("cluster already exists")
 // pods. When another master's etcd answers before this node ever
 // bootstrapped, the cluster exists: the node joins it as a master.
 func (n *Node) runGenesis(ctx context.Context) (Result, error) {
-	res, err := n.runRole(ctx, "genesis", "bootstrapped", n.genesisPhases())
+	res, err := n.runRole(ctx, nodefile.RoleGenesis, "bootstrapped", n.genesisPhases())
 	if errors.Is(err, errClusterExists) {
 		n.Log("genesis: %s; joining as a master", strings.TrimPrefix(err.Error(), "genesis/cluster-absent: "))
-		return n.runRole(ctx, "master", "joined", n.masterPhases())
+		return n.runRole(ctx, nodefile.RoleMaster, "joined", n.masterPhases())
 	}
 	return res, err
 }
@@ -68,7 +69,7 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 // creating a new cluster's record on the first boot.
 func (n *Node) startControlPlane(ctx context.Context) error {
 	rec, err := etcdmember.Read(n.Root)
-	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == "genesis" && !n.stamped("genesis/bootstrap") {
+	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == nodefile.RoleGenesis && !n.stamped("genesis/bootstrap") {
 		rec = etcdmember.Genesis(n.file.Name, n.file.Address)
 		err = etcdmember.Write(n.Root, rec)
 	}

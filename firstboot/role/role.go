@@ -21,7 +21,7 @@ import (
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/etcdmember"
-	"github.com/kiln-project/kiln/firstboot/fsutil"
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -71,12 +71,12 @@ func (n *Node) Run(ctx context.Context) (Result, error) {
 	}
 	n.file, n.cat, n.started = loaded.file, loaded.cat, time.Now()
 	switch n.file.Role {
-	case "genesis":
+	case nodefile.RoleGenesis:
 		return n.runGenesis(ctx)
-	case "master":
-		return n.runRole(ctx, "master", "joined", n.masterPhases())
-	case "worker":
-		return n.runRole(ctx, "worker", "joined", n.workerPhases())
+	case nodefile.RoleMaster:
+		return n.runRole(ctx, nodefile.RoleMaster, "joined", n.masterPhases())
+	case nodefile.RoleWorker:
+		return n.runRole(ctx, nodefile.RoleWorker, "joined", n.workerPhases())
 	}
 	return Result{}, fmt.Errorf("unknown role %q in %s", n.file.Role, nodefile.Path)
 }
@@ -155,7 +155,7 @@ func (n *Node) startNode(ctx context.Context, p manifests.Params, pods staticPod
 		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
 	)
 	for _, f := range files {
-		if err := fsutil.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
+		if err := atomicfile.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
 			return fmt.Errorf("writing %s: %w", f.Path, err)
 		}
 	}
@@ -181,7 +181,7 @@ func (n *Node) seedZone() error {
 	if err != nil {
 		return fmt.Errorf("the discovery zone kiln gen seeds: %w", err)
 	}
-	return fsutil.WriteFile(live, seed, 0o644, nil)
+	return atomicfile.WriteFile(live, seed, 0o644, nil)
 }
 
 // hostResolvConf sends the host's lookups to the node-local CoreDNS,
@@ -207,7 +207,7 @@ func (n *Node) stamped(name string) bool {
 }
 
 func (n *Node) stamp(name string) error {
-	return fsutil.WriteFile(n.path(filepath.Join(StampDir, name)), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
+	return atomicfile.WriteFile(n.path(filepath.Join(StampDir, name)), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
 }
 
 // errRefused marks a bootstrap refused because this node cannot rule
