@@ -6,7 +6,10 @@
 // A target is built in a throwaway wrapper module that requires the
 // program's module at its version; Kubernetes needs its staging modules
 // (k8s.io/api, ...) replaced by their published v0.x versions, which
-// KubernetesReplaces derives from the module's own go.mod.
+// KubernetesReplaces derives from the module's own go.mod. A target may
+// also bring its own main package (Target.Main), compiled in the wrapper
+// module against the target's module: how CoreDNS is built with only the
+// plugins kiln configures.
 package gobuild
 
 import (
@@ -38,6 +41,24 @@ type Target struct {
 	Tags     []string          // build tags
 	Names    map[string]string // package -> binary name, when not the go tool's
 	Cold     string            `json:"-"` // what a cold build takes on 2 cores, for the progress line; not in the key
+	// Main, when set, is a main package of the target's own: file name
+	// (a plain *.go name) -> Go source, written into the wrapper module's
+	// root and built as the binary Name, besides Packages. It is part of
+	// the cache key, since the source decides the binary.
+	Main map[string]string
+}
+
+// modulePath is the wrapper module's path; its root package is the
+// target's Main, which go build names after the last element: Name.
+func (t Target) modulePath() string { return "kiln.local/build/" + t.Name }
+
+// programs are the import paths of the main packages to build: Packages,
+// then the wrapper's own main package when Main is set.
+func (t Target) programs() []string {
+	if len(t.Main) == 0 {
+		return t.Packages
+	}
+	return append(slices.Clip(t.Packages), t.modulePath())
 }
 
 // binaryName is what go build names a package's binary (the last path
@@ -84,7 +105,7 @@ type Builder struct {
 func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	dir := filepath.Join(b.CacheDir, "gobuild", fmt.Sprintf("%s-%s-%s", t.Name, t.Version, t.Key()))
 	bins := Binaries{}
-	for _, p := range t.Packages {
+	for _, p := range t.programs() {
 		bins[t.binaryName(p)] = filepath.Join(dir, t.binaryName(p))
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
@@ -96,7 +117,7 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	if t.Cold != "" {
 		cold = " (cold on 2 cores: " + t.Cold + ")"
 	}
-	fmt.Fprintf(b.log(), "%s %s: building %d program(s) from the module proxy%s\n", t.Name, t.Version, len(t.Packages), cold)
+	fmt.Fprintf(b.log(), "%s %s: building %d program(s) from the module proxy%s\n", t.Name, t.Version, len(t.programs()), cold)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -113,10 +134,10 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	if len(t.Tags) > 0 {
 		args = append(args, "-tags", strings.Join(t.Tags, ","))
 	}
-	if err := b.run(ctx, work, append(args, t.Packages...)...); err != nil {
+	if err := b.run(ctx, work, append(args, t.programs()...)...); err != nil {
 		return nil, fmt.Errorf("%s %s: go build: %w", t.Name, t.Version, err)
 	}
-	for _, p := range t.Packages {
+	for _, p := range t.programs() {
 		if want, got := t.binaryName(p), goBinaryName(p); want != got {
 			if err := os.Rename(filepath.Join(out, got), filepath.Join(out, want)); err != nil {
 				return nil, err
@@ -135,19 +156,33 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 }
 
 // wrapper writes the wrapper module: a go.mod requiring the target (and
-// pinning its replacements) and a file importing every main package so
-// the module graph holds them.
+// pinning its replacements), a file importing every main package so the
+// module graph holds them, and the target's Main files.
 func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 	var mod strings.Builder
-	fmt.Fprintf(&mod, "module kiln.local/build/%s\n\ngo 1.24\n\nrequire %s %s\n", t.Name, t.Module, t.Version)
+	fmt.Fprintf(&mod, "module %s\n\ngo 1.24\n\nrequire %s %s\n", t.modulePath(), t.Module, t.Version)
 	for _, m := range slices.Sorted(maps.Keys(t.Replace)) {
 		fmt.Fprintf(&mod, "replace %s => %s %s\n", m, m, t.Replace[m])
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644); err != nil {
 		return err
 	}
+	// tools.go shares the root directory with Main's files, so it takes
+	// their package name; its build tag keeps it out of the binary.
+	pkgName := "tools"
+	if len(t.Main) > 0 {
+		pkgName = "main"
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Main)) {
+		if name != filepath.Base(name) || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "tools.go" {
+			return fmt.Errorf("main file %q: want a plain .go file name other than tools.go", name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(t.Main[name]), 0o644); err != nil {
+			return err
+		}
+	}
 	var imports strings.Builder
-	imports.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	fmt.Fprintf(&imports, "//go:build tools\n\npackage %s\n\nimport (\n", pkgName)
 	for _, p := range t.Packages {
 		fmt.Fprintf(&imports, "\t_ %q\n", p)
 	}
