@@ -23,7 +23,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
@@ -50,8 +49,9 @@ type Host struct {
 
 func (h Host) path(p string) string { return filepath.Join(h.Root, p) }
 
-// Render returns the component's static pod for this node.
-func (h Host) Render(component string) ([]byte, error) {
+// Render returns the files that keep the component running on this
+// node: its static pod and, for etcd, its configuration file.
+func (h Host) Render(component string) ([]manifests.File, error) {
 	f, err := nodefile.Read(h.path(nodefile.Path))
 	if err != nil {
 		return nil, err
@@ -67,27 +67,28 @@ func (h Host) Render(component string) ([]byte, error) {
 	if err != nil && component == "etcd" {
 		return nil, fmt.Errorf("etcd: %w (the role records it when this master's member is created)", err)
 	}
-	p := manifests.ForNode(*f, cat.Manifests(), rec)
-	for _, pod := range manifests.ControlPlane(p) {
-		if pod.Name == component {
-			return yaml.Marshal(pod)
-		}
-	}
-	return nil, fmt.Errorf("no anchored component %q (anchored: %v)", component, Components)
+	return manifests.ComponentFiles(manifests.ForNode(*f, cat.Manifests(), rec), component)
 }
 
-// Keep writes the component's manifest when it differs from what is on
-// the host, atomically. It reports whether it wrote.
+// Keep writes each of the component's files that differs from what is
+// on the host, atomically. It reports whether it wrote any.
 func (h Host) Keep(component string) (bool, error) {
-	want, err := h.Render(component)
+	files, err := h.Render(component)
 	if err != nil {
 		return false, err
 	}
-	p := h.path(filepath.Join(manifests.StaticPodDir, component+".yaml"))
-	if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, want) {
-		return false, nil
+	wrote := false
+	for _, f := range files {
+		p := h.path(f.Path)
+		if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, f.Content) {
+			continue
+		}
+		if err := atomicfile.WriteFile(p, f.Content, 0o644, nil); err != nil {
+			return wrote, err
+		}
+		wrote = true
 	}
-	return true, atomicfile.WriteFile(p, want, 0o644, nil)
+	return wrote, nil
 }
 
 // Cleanup moves the component's manifest to the backup directory, so the

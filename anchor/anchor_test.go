@@ -59,10 +59,14 @@ func TestEtcdRendersTheRecordedMembership(t *testing.T) {
 	if _, err := h.Keep("etcd"); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml"))
-	for _, want := range []string{"--initial-cluster-state=existing", "--initial-cluster=m1=https://10.0.0.2:2380,m2=https://10.0.0.3:2380"} {
-		if !strings.Contains(string(data), want) {
-			t.Errorf("etcd manifest lacks %s:\n%s", want, data)
+	pod, _ := os.ReadFile(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml"))
+	if !strings.Contains(string(pod), "--config-file="+manifests.EtcdConfigPath) {
+		t.Errorf("etcd manifest does not name its configuration file:\n%s", pod)
+	}
+	conf, _ := os.ReadFile(filepath.Join(h.Root, manifests.EtcdConfigPath))
+	for _, want := range []string{"initial-cluster-state: existing", "initial-cluster: m1=https://10.0.0.2:2380,m2=https://10.0.0.3:2380"} {
+		if !strings.Contains(string(conf), want) {
+			t.Errorf("etcd configuration lacks %s:\n%s", want, conf)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package manifests
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -15,7 +16,7 @@ type File struct {
 // Files lists everything the manifests put on a node of the params' role:
 // the kubelet configuration, the pods' resolv.conf, the node-local DNS
 // (Corefile and static pod) on every node, and the control plane's static
-// pods on masters.
+// pods (with etcd's configuration file) on masters.
 func Files(p Params) ([]File, error) {
 	kc, err := yaml.Marshal(KubeletConfig(p))
 	if err != nil {
@@ -26,13 +27,42 @@ func Files(p Params) ([]File, error) {
 		{PodResolvConf, []byte(PodResolvConfContent(p))},
 		{CorefilePath, []byte(Corefile(p))},
 	}
-	pods := append(ControlPlaneIf(p), NodeLocalDNS(p))
-	for _, pod := range pods {
-		data, err := yaml.Marshal(pod)
+	for _, pod := range ControlPlaneIf(p) {
+		fs, err := ComponentFiles(p, pod.Name)
 		if err != nil {
-			return nil, fmt.Errorf("static pod %s: %w", pod.Name, err)
+			return nil, err
 		}
-		files = append(files, File{StaticPodDir + "/" + pod.Name + ".yaml", data})
+		files = append(files, fs...)
 	}
-	return files, nil
+	dns, err := staticPodFile(NodeLocalDNS(p))
+	if err != nil {
+		return nil, err
+	}
+	return append(files, dns), nil
+}
+
+// ComponentFiles are what keeps one control-plane component running: its
+// static pod and, for etcd, its configuration file. The role writes them
+// on every boot and the component's anchor keeps them.
+func ComponentFiles(p Params, component string) ([]File, error) {
+	for _, pod := range ControlPlane(p) {
+		if pod.Name != component {
+			continue
+		}
+		f, err := staticPodFile(pod)
+		if err != nil || component != "etcd" {
+			return []File{f}, err
+		}
+		conf, err := EtcdConfig(p)
+		return []File{{EtcdConfigPath, conf}, f}, err
+	}
+	return nil, fmt.Errorf("no control-plane component %q (the components: %v)", component, AnchoredComponents)
+}
+
+func staticPodFile(pod *corev1.Pod) (File, error) {
+	data, err := yaml.Marshal(pod)
+	if err != nil {
+		return File{}, fmt.Errorf("static pod %s: %w", pod.Name, err)
+	}
+	return File{StaticPodDir + "/" + pod.Name + ".yaml", data}, nil
 }

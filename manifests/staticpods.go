@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"fmt"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,35 +38,14 @@ func ControlPlaneIf(p Params) []*corev1.Pod {
 	return ControlPlane(p)
 }
 
-// Etcd is the node's etcd member, TLS for clients and peers, data on the
-// state partition.
+// Etcd is the node's etcd member; its settings (TLS for clients and
+// peers, data on the state partition, the membership) are in the
+// configuration file EtcdConfig renders, so this pod never changes.
 func Etcd(p Params) *corev1.Pod {
-	ip, name := p.Node.Address, p.Node.Name
-	flags := []arg{
-		{"name", name},
-		{"data-dir", EtcdDataDir},
-		{"listen-client-urls", fmt.Sprintf("https://127.0.0.1:2379,https://%s:2379", ip)},
-		{"advertise-client-urls", fmt.Sprintf("https://%s:2379", ip)},
-		{"listen-peer-urls", fmt.Sprintf("https://%s:2380", ip)},
-		{"initial-advertise-peer-urls", fmt.Sprintf("https://%s:2380", ip)},
-		{"initial-cluster", p.EtcdInitialCluster},
-		{"initial-cluster-state", p.EtcdClusterState},
-		{"listen-metrics-urls", "http://127.0.0.1:2381"},
-		{"cert-file", pki("etcd-server.crt")},
-		{"key-file", pki("etcd-server.key")},
-		{"trusted-ca-file", pki("etcd/ca.crt")},
-		{"client-cert-auth", "true"},
-		{"peer-cert-file", pki("etcd-peer.crt")},
-		{"peer-key-file", pki("etcd-peer.key")},
-		{"peer-trusted-ca-file", pki("etcd/ca.crt")},
-		{"peer-client-cert-auth", "true"},
-		{"snapshot-count", "10000"},
-		{"heartbeat-interval", millis(timing(p).EtcdHeartbeat)},
-		{"election-timeout", millis(timing(p).EtcdElection)},
-	}
-	pod := staticPod("etcd", p.Images.Etcd, command("etcd", flags), httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP))
+	pod := staticPod("etcd", p.Images.Etcd, []string{"etcd", "--config-file=" + EtcdConfigPath}, httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP))
 	startupProbe(pod, timing(p))
 	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
+	mount(pod, "etcd-config", EtcdConfigDir, true, corev1.HostPathDirectory)
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
 	return pod
 }

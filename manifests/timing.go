@@ -71,7 +71,6 @@ func (t Timing) startupFailures() int32 {
 	return int32((t.Startup + probePeriod - 1) / probePeriod)
 }
 
-// millis and seconds render durations the way the components' flags are
-// usually written: etcd takes milliseconds, the others Go durations.
-func millis(d time.Duration) string  { return fmt.Sprint(d.Milliseconds()) }
+// seconds renders a duration the way the components' flags are usually
+// written (etcd's milliseconds are in its configuration file).
 func seconds(d time.Duration) string { return fmt.Sprintf("%ds", int(d.Seconds())) }

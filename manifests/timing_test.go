@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kiln-project/kiln/site"
 )
@@ -78,11 +80,16 @@ func TestTimingFlags(t *testing.T) {
 		n := node("m1", tc.role, "192.168.10.11")
 		n.Cluster.Timing = tc.timing
 		p := GenesisParams(n, testImages)
+		got := etcdSettings(t, p)
+		for k, v := range tc.etcd {
+			if got[k] != v {
+				t.Errorf("timing %q, %s: etcd configuration %s: %q, want %q", tc.timing, tc.role, k, got[k], v)
+			}
+		}
 		for _, c := range []struct {
 			pod  *corev1.Pod
 			want map[string]string
 		}{
-			{Etcd(p), tc.etcd},
 			{ControllerManager(p), tc.election},
 			{Scheduler(p), tc.election},
 		} {
@@ -94,6 +101,25 @@ func TestTimingFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// etcdSettings are the top-level settings of the node's etcd
+// configuration file, as strings.
+func etcdSettings(t *testing.T, p Params) map[string]string {
+	t.Helper()
+	data, err := EtcdConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
 }
 
 // Every static pod with a liveness probe has a startup probe on the same

@@ -8,6 +8,8 @@ import (
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -80,14 +82,23 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 }
 
 // recordBootstrapped marks the membership existing once the apiserver
-// answered (its etcd runs): nothing renders a new cluster again.
+// answered (its etcd runs), in the record and in etcd's configuration
+// file: nothing renders a new cluster again. The static pod names only
+// the file, so the running etcd is not restarted for it.
 func (n *Node) recordBootstrapped(context.Context) error {
 	rec, err := etcdmember.Read(n.Root)
 	if err != nil {
 		return err
 	}
 	rec.State = etcdmember.StateExisting
-	return etcdmember.Write(n.Root, rec)
+	if err := etcdmember.Write(n.Root, rec); err != nil {
+		return err
+	}
+	conf, err := manifests.EtcdConfig(n.params(rec))
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(n.path(manifests.EtcdConfigPath), conf, 0o644, nil)
 }
 
 // waitOwnAPIServer waits for this node's own apiserver to be ready.

@@ -151,9 +151,12 @@ func TestJoinEtcd(t *testing.T) {
 			if recErr != nil || rec.InitialCluster() != tc.wantPeers || rec.State != etcdmember.StateExisting {
 				t.Errorf("record %+v (%v), want peers %s, existing", rec, recErr, tc.wantPeers)
 			}
-			pod, _ := os.ReadFile(filepath.Join(root, manifests.StaticPodDir, "etcd.yaml"))
-			if !strings.Contains(string(pod), "--initial-cluster-state=existing") {
-				t.Errorf("etcd manifest:\n%s", pod)
+			conf, _ := os.ReadFile(filepath.Join(root, manifests.EtcdConfigPath))
+			if !strings.Contains(string(conf), "initial-cluster-state: existing") || !strings.Contains(string(conf), "initial-cluster: "+tc.wantPeers) {
+				t.Errorf("etcd configuration:\n%s", conf)
+			}
+			if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir, "etcd.yaml")); err != nil {
+				t.Errorf("etcd static pod: %v", err)
 			}
 			if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir, "kube-apiserver.yaml")); err == nil {
 				t.Error("the apiserver was written before the join ended")
