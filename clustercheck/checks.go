@@ -136,11 +136,14 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 	if err != nil {
 		return ended, "", err
 	}
-	logs, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return ended, "", fmt.Errorf("reading pod %s's logs: %w", pod.Name, err)
-	}
-	return ended, string(logs), nil
+	// The apiserver fetches logs from the node's kubelet: a busy node or
+	// apiserver fails that now and then, so it is retried too.
+	var logs []byte
+	err = Wait(ctx, "reading pod "+pod.Name+"'s logs", 2*time.Minute, log, func(ctx context.Context) (err error) {
+		logs, err = pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		return err
+	})
+	return ended, string(logs), err
 }
 
 // LastLine is a log's final line: a check's answer, after any retries.
