@@ -2,6 +2,7 @@ package gobuild
 
 import (
 	"context"
+	"go/format"
 	"os"
 	"os/exec"
 	"slices"
@@ -81,6 +82,9 @@ func TestCoreDNSTarget(t *testing.T) {
 		t.Errorf("programs %v", got)
 	}
 	src := tg.Main["coredns.go"]
+	if formatted, err := format.Source([]byte(src)); err != nil || string(formatted) != src {
+		t.Errorf("main is not gofmt's: %v\n%s", err, src)
+	}
 	for _, want := range []string{"package main", `"github.com/coredns/coredns/coremain"`, "coremain.Run()", "dnsserver.Directives = directives",
 		"\t_ \"github.com/coredns/coredns/plugin/kubernetes\"\n"} {
 		if !strings.Contains(src, want) {
