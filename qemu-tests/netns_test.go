@@ -64,8 +64,14 @@ func netcheckConfig(t *testing.T, mac, addr, peer string) []byte {
 
 // TestTwoVMsShareABridge boots two nodes from the ISO on taps of one
 // namespace's bridge; each reaches the other, and the test reaches one
-// through the namespace. Nothing of it exists outside the namespace.
+// through the namespace. Nothing of it exists outside the namespace. It
+// checks the harness itself (5 min under TCG); the cluster scenario
+// depends on the same bridge, so make test leaves it to
+// KILN_QEMU_HARNESS=1.
 func TestTwoVMsShareABridge(t *testing.T) {
+	if os.Getenv("KILN_QEMU_HARNESS") != "1" {
+		t.Skip("the harness's own two-VM check runs with KILN_QEMU_HARNESS=1; the cluster scenario uses the same bridge")
+	}
 	out := outDir(t)
 	dir := logDir(t, out)
 	n, err := netns.New(fmt.Sprintf("q%d", os.Getpid()), cluster.BridgeCIDR)
