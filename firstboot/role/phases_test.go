@@ -2,9 +2,15 @@ package role
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kiln-project/kiln/clustercheck"
 )
 
 // A role cut short resumes at its first unstamped one-shot phase; the
@@ -47,6 +53,25 @@ func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
 		}
 		if (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
 			t.Errorf("boot %d: error %v, want %q", i+1, err, tc.err)
+		}
+	}
+}
+
+// A worker stops waiting at once when the cluster refuses its
+// certificate or serves one from another CA; other errors are waited out.
+func TestRejectedAnswersAreFinal(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		final     bool
+		wantInMsg string
+	}{
+		{apierrors.NewUnauthorized("Unauthorized"), true, "the cluster rejects this node's certificate"},
+		{fmt.Errorf("Get \"https://x\": %w", x509.UnknownAuthorityError{}), true, "not from this site's CA"},
+		{errors.New("connection refused"), false, "connection refused"},
+	} {
+		got := rejected(tc.err)
+		if errors.Is(got, clustercheck.ErrFinal) != tc.final || !strings.Contains(got.Error(), tc.wantInMsg) {
+			t.Errorf("%v: got %v (final %v), want final=%v with %q", tc.err, got, errors.Is(got, clustercheck.ErrFinal), tc.final, tc.wantInMsg)
 		}
 	}
 }

@@ -2,9 +2,12 @@ package role
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -40,6 +43,20 @@ func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
 		return err
 	}
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		return clustercheck.NodeReady(ctx, kube, n.file.Name, n.started)
+		return rejected(clustercheck.NodeReady(ctx, kube, n.file.Name, n.started))
 	})
+}
+
+// rejected makes an answer that no retry changes final: the cluster
+// refuses this node's client certificate, or the apiserver's certificate
+// is not from this node's CA (the node belongs to another site's PKI).
+func rejected(err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return clustercheck.Final(fmt.Errorf("%w: %w", errCertRejected, err))
+	case errors.As(err, &unknownCA):
+		return clustercheck.Final(fmt.Errorf("the apiserver's certificate is not from this site's CA: %w", err))
+	}
+	return err
 }
