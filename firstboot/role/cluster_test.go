@@ -1,0 +1,49 @@
+package role
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kiln-project/kiln/manifests"
+)
+
+// A master labels its own Node (the master label the anchors select, the
+// site's labels) and adds the site's taints once, keeping the kubelet's.
+func TestLabelNodeAppliesLabelsAndTaintsOnce(t *testing.T) {
+	kubelets := corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2", Labels: map[string]string{"kubernetes.io/hostname": "m2"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{kubelets}}})
+	c := &cluster{kube: kube, log: t.Logf}
+	site := []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+	for i := 0; i < 2; i++ {
+		if err := c.labelNode(context.Background(), "m2", map[string]string{"node-role.kubernetes.io/db": "", "kiln.dev/pool": "a"}, site, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := kube.CoreV1().Nodes().Get(context.Background(), "m2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{manifests.MasterLabel: "", manifests.RoleLabel: "master", "node-role.kubernetes.io/db": "", "kiln.dev/pool": "a", "kubernetes.io/hostname": "m2"} {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			t.Errorf("label %s=%q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if len(n.Spec.Taints) != 2 || !n.Spec.Taints[0].MatchTaint(&kubelets) || !n.Spec.Taints[1].MatchTaint(&site[0]) {
+		t.Errorf("taints %+v, want the kubelet's and the site's, once each", n.Spec.Taints)
+	}
+}
+
+// Before the kubelet registered its Node, labelling waits, within its bound.
+func TestLabelNodeWaitsForRegistration(t *testing.T) {
+	c := &cluster{kube: fake.NewClientset(), log: t.Logf}
+	err := c.labelNode(context.Background(), "w9", nil, nil, 3*time.Second)
+	if err == nil {
+		t.Fatal("labelled a node that never registered")
+	}
+}
