@@ -269,11 +269,8 @@ func (b *build) compile(ctx context.Context, nc images.NamedComponent) (gobuild.
 	var t gobuild.Target
 	switch nc.Name {
 	case "kubernetes":
-		goMod, err := gobuild.ModuleGoMod(ctx, "k8s.io/kubernetes", nc.Version)
-		if err != nil {
-			return nil, fmt.Errorf("components.kubernetes: %w", err)
-		}
-		if t, err = gobuild.KubernetesTarget(nc.Version, goMod, b.epoch().Format(time.RFC3339)); err != nil {
+		var err error
+		if t, err = gobuild.ResolveKubernetesTarget(ctx, nc.Version, b.epoch().Format(time.RFC3339)); err != nil {
 			return nil, fmt.Errorf("components.kubernetes: %w", err)
 		}
 	case "etcd":

@@ -48,6 +48,16 @@ func KubernetesTarget(version string, goMod []byte, buildDate string) (Target, e
 	return t, nil
 }
 
+// ResolveKubernetesTarget is KubernetesTarget for version with
+// k8s.io/kubernetes's own go.mod fetched through the module proxy.
+func ResolveKubernetesTarget(ctx context.Context, version, buildDate string) (Target, error) {
+	goMod, err := ModuleGoMod(ctx, "k8s.io/kubernetes", version)
+	if err != nil {
+		return Target{}, err
+	}
+	return KubernetesTarget(version, goMod, buildDate)
+}
+
 // stagingModules lists the modules k8s.io/kubernetes replaces with its
 // own ./staging tree.
 func stagingModules(goMod []byte) []string {

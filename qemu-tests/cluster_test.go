@@ -28,18 +28,11 @@ import (
 const (
 	joinBoot      = 30 * time.Minute // a boot until its role's done line
 	clusterSettle = 15 * time.Minute // every Node Ready and kube-system pod running
-	// clusterPods: m1 and m2 run etcd, apiserver, controller-manager,
-	// scheduler, node DNS, kiln-net, kube-proxy, 4 component anchors and
-	// the discovery anchor (12 each); w1 node DNS, kiln-net, kube-proxy
-	// and the discovery anchor; one cluster DNS pod.
-	clusterPods = 12 + 12 + 4 + 1
 )
 
-// clusterVM is one machine of the scenario.
+// clusterVM is one machine of the scenario, once powered on.
 type clusterVM struct {
-	name, mac, addr string
-	cpus, memMiB    int
-	done            string // its role's done line
+	cluster.Machine
 	*vm.VM
 }
 
@@ -66,18 +59,17 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	}
 	cfgs["m1"] = withDockerProbe(t, cfgs["m1"], image)
 	seg := segment(t)
-	nodes := []*clusterVM{
-		{name: "m1", mac: cluster.M1MAC, addr: cluster.M1Addr, cpus: 2, memMiB: 3072, done: `kiln-firstboot: done role=genesis`},
-		{name: "m2", mac: cluster.M2MAC, addr: cluster.M2Addr, cpus: 1, memMiB: 3072, done: `kiln-firstboot: done role=master`},
-		{name: "w1", mac: cluster.W1MAC, addr: cluster.W1Addr, cpus: 1, memMiB: 2048, done: `kiln-firstboot: done role=worker`},
+	var nodes []*clusterVM
+	for _, m := range cluster.Machines() {
+		nodes = append(nodes, &clusterVM{Machine: m})
 	}
 	// m1 bootstraps alone; the others boot once it is done, so the cores
 	// go to the slowest part first.
-	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0], cfgs["m1"])
+	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0].Machine, cfgs["m1"])
 	waitDone(t, nodes[0], "bootstrapped")
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	for _, n := range nodes[1:] {
-		n.VM = startClusterVM(t, seg, out, dir, n, cfgs[n.name])
+		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 	}
 	for _, n := range nodes[1:] {
 		waitDone(t, n, "joined")
@@ -132,7 +124,7 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 		if err != nil {
 			t.Fatal(err)
 		}
-		bootIDs[n.name] = id
+		bootIDs[n.Name] = id
 	}
 	for _, n := range nodes {
 		n.PowerCut()
@@ -146,8 +138,8 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 	}
 	for _, n := range nodes {
 		waitDone(t, n, "restored")
-		if id, err := n.BootID(ctx, time.Minute); err != nil || id == bootIDs[n.name] {
-			t.Errorf("%s: boot id %q after power cut %d (%v), before %q", n.name, id, cut, err, bootIDs[n.name])
+		if id, err := n.BootID(ctx, time.Minute); err != nil || id == bootIDs[n.Name] {
+			t.Errorf("%s: boot id %q after power cut %d (%v), before %q", n.Name, id, cut, err, bootIDs[n.Name])
 		}
 	}
 	got, err := kube.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
@@ -176,16 +168,16 @@ func segment(t *testing.T) *netns.Net {
 
 // startClusterVM makes n's tap and state disk and boots it from the ISO
 // with its config.
-func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, n *clusterVM, cfg []byte) *vm.VM {
+func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, m cluster.Machine, cfg []byte) *vm.VM {
 	t.Helper()
-	tap := "tap-" + n.name
+	tap := "tap-" + m.Name
 	if err := seg.AddTap(tap); err != nil {
 		t.Fatal(err)
 	}
-	disk := filepath.Join(dir, n.name+"-state.qcow2")
+	disk := filepath.Join(dir, m.Name+"-state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
-	return startVM(t, vm.Config{Name: n.name, Dir: filepath.Join(dir, n.name), Firmware: vm.BIOS, Boot: vm.BootISO,
-		MemoryMiB: n.memMiB, CPUs: n.cpus, MAC: n.mac, ISO: filepath.Join(out, "node.iso"),
+	return startVM(t, vm.Config{Name: m.Name, Dir: filepath.Join(dir, m.Name), Firmware: vm.BIOS, Boot: vm.BootISO,
+		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, MAC: m.MAC, ISO: filepath.Join(out, "node.iso"),
 		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: seg.Name, Tap: tap, Ignition: cfg})
 }
 
@@ -193,11 +185,11 @@ func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, n *clusterVM,
 // how (bootstrapped, joined, restored).
 func waitDone(t *testing.T, n *clusterVM, how string) {
 	t.Helper()
-	line, err := n.WaitLine(context.Background(), mustRe(n.done+`|kiln-firstboot: error`), joinBoot)
-	if err != nil || !strings.Contains(line, n.done+" ("+how) {
-		t.Fatalf("%s: %q %v, want %q (%s)", n.name, line, err, n.done, how)
+	line, err := cluster.WaitRoleDone(context.Background(), n.VM, n.Role, how, joinBoot)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%s boot %d: %s (%s after power-on)", n.name, n.Boot(), line, n.Uptime().Round(time.Second))
+	t.Logf("%s boot %d: %s (%s after power-on)", n.Name, n.Boot(), line, n.Uptime().Round(time.Second))
 }
 
 // checkWholeCluster: every Node Ready from a heartbeat since, every
@@ -210,7 +202,7 @@ func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, 
 		eventually(t, "node "+name+" Ready", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, name, since) })
 	}
 	eventually(t, "every kube-system pod running", clusterSettle, func() error {
-		return clustercheck.KubeSystemRunning(ctx, kube, clusterPods, since)
+		return clustercheck.KubeSystemRunning(ctx, kube, cluster.KubeSystemPods, since)
 	})
 	eventually(t, "etcd: two voting members, no learner", 5*time.Minute, func() error {
 		members, err := cluster.EtcdMembers(ctx, m1cfg, "https://10.77.0.11:2379", seg.DialContext)
@@ -334,11 +326,7 @@ func kubernetesBinary(t *testing.T, program string) string {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	goMod, err := gobuild.ModuleGoMod(ctx, "k8s.io/kubernetes", spec.Components.Kubernetes.Version)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, err := gobuild.KubernetesTarget(spec.Components.Kubernetes.Version, goMod, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
+	target, err := gobuild.ResolveKubernetesTarget(ctx, spec.Components.Kubernetes.Version, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,8 +97,10 @@ func TestTwoVMsShareABridge(t *testing.T) {
 		if err := n.AddTap(nd.tap); err != nil {
 			t.Fatal(err)
 		}
-		v := startSmallVM(t, vm.Config{Name: "l2-" + nd.name, Dir: filepath.Join(dir, nd.name), Firmware: vm.BIOS, Boot: vm.BootISO,
-			ISO: filepath.Join(out, "node.iso"), Netns: n.Name, Tap: nd.tap, MAC: nd.mac,
+		// 1 GiB: with 768 MiB the ISO's RAM overlay filled up about 2
+		// minutes into the boot, which can take sshd's host keys with it.
+		v := startVM(t, vm.Config{Name: "l2-" + nd.name, Dir: filepath.Join(dir, nd.name), Firmware: vm.BIOS, Boot: vm.BootISO,
+			MemoryMiB: 1024, CPUs: 1, ISO: filepath.Join(out, "node.iso"), Netns: n.Name, Tap: nd.tap, MAC: nd.mac,
 			Ignition: netcheckConfig(t, nd.mac, nd.addr, nd.peer)})
 		vms[nd.name] = v
 		// ip netns exec execs QEMU: the process PowerCut kills is QEMU.
@@ -175,28 +177,6 @@ func TestTwoVMsShareABridge(t *testing.T) {
 		l.Close()
 		t.Error("10.77.0.11 is bindable in the host's namespace")
 	}
-}
-
-// startSmallVM is startVM for a node that only needs to boot: 1 vCPU and
-// 1 GiB unless cfg says otherwise. With 768 MiB the ISO's RAM overlay
-// filled up about 2 minutes into the boot (journald: "No space left on
-// device"), which can take sshd's host keys with it.
-func startSmallVM(t *testing.T, cfg vm.Config) *vm.VM {
-	t.Helper()
-	cfg.KVM = vm.KVMUsable()
-	cfg.MemoryMiB = max(cfg.MemoryMiB, 1024)
-	cfg.CPUs = max(cfg.CPUs, 1)
-	v, err := vm.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		v.PowerCut()
-		if t.Failed() {
-			t.Logf("VM %s boot %d console: %s\n--- last lines ---\n%s", v.Name, v.Boot(), v.ConsolePath(v.Boot()), v.Tail(40))
-		}
-	})
-	return v
 }
 
 func selfNetns(t *testing.T) string {

@@ -110,11 +110,7 @@ func componentBinaries(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMod, err := gobuild.ModuleGoMod(ctx, "k8s.io/kubernetes", spec.Components.Kubernetes.Version)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kt, err := gobuild.KubernetesTarget(spec.Components.Kubernetes.Version, goMod, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
+	kt, err := gobuild.ResolveKubernetesTarget(ctx, spec.Components.Kubernetes.Version, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
 // The three-node site on a bridge in a network namespace (package netns):
@@ -68,4 +72,42 @@ func NetnsClient(adminKubeconfig []byte, contextName string, dial func(ctx conte
 		return nil, nil, fmt.Errorf("admin kubeconfig, context %q: %w", contextName, err)
 	}
 	return kube, rc, nil
+}
+
+// Machine is one VM of ClusterSite as the scenario and the bench boot it.
+type Machine struct {
+	Name, Role, MAC string
+	CPUs, MemoryMiB int
+}
+
+// Machines are ClusterSite's VMs, m1 first: it bootstraps alone, and the
+// others boot side by side once it is done. The three fit in 8 GiB.
+func Machines() []Machine {
+	return []Machine{
+		{Name: "m1", Role: "genesis", MAC: M1MAC, CPUs: 2, MemoryMiB: 3072},
+		{Name: "m2", Role: "master", MAC: M2MAC, CPUs: 1, MemoryMiB: 3072},
+		{Name: "w1", Role: "worker", MAC: W1MAC, CPUs: 1, MemoryMiB: 2048},
+	}
+}
+
+// KubeSystemPods is ClusterSite's count of kube-system pods: m1 and m2
+// run etcd, apiserver, controller-manager, scheduler, node DNS,
+// kiln-net, kube-proxy, 4 component anchors and the discovery anchor (12
+// each); w1 node DNS, kiln-net, kube-proxy and the discovery anchor; one
+// cluster DNS pod.
+const KubeSystemPods = 12 + 12 + 4 + 1
+
+// WaitRoleDone waits within bound for the VM's role to end on its
+// console and fails unless the line says role and how (bootstrapped,
+// joined, restored); it returns the line.
+func WaitRoleDone(ctx context.Context, v *vm.VM, role, how string, bound time.Duration) (string, error) {
+	want := "kiln-firstboot: done role=" + role
+	line, err := v.WaitLine(ctx, regexp.MustCompile(regexp.QuoteMeta(want)+`|kiln-firstboot: error`), bound)
+	if err == nil && !strings.Contains(line, want+" ("+how) {
+		err = fmt.Errorf("the console says %q", line)
+	}
+	if err != nil {
+		return line, fmt.Errorf("%s: waiting for `%s (%s`: %w", v.Name, want, how, err)
+	}
+	return line, nil
 }

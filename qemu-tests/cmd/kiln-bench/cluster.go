@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -29,13 +28,6 @@ const (
 	clusterSettle = 15 * time.Minute
 )
 
-// clusterPods is the scenario's count of kube-system pods: m1 and m2 run
-// etcd, apiserver, controller-manager, scheduler, node DNS, kiln-net,
-// kube-proxy, 4 component anchors and the discovery anchor (12 each); w1
-// node DNS, kiln-net, kube-proxy and the discovery anchor; one cluster
-// DNS pod.
-const clusterPods = 12 + 12 + 4 + 1
-
 // The issue's goals, as multiples of the plain boot: the cluster all
 // Ready, and back after a whole-cluster power cut.
 const (
@@ -51,18 +43,17 @@ var clusterHead = [3]string{"step", "time", "floor: plain boot of the same ISO t
 // clusterNode is one machine of the QEMU cluster scenario's site, with
 // the scenario's size; its role names its done line.
 type clusterNode struct {
-	name, role, mac string
-	cpus, memMiB    int
-	on              time.Time // this boot's power-on
+	cluster.Machine
+	on time.Time // this boot's power-on
 	*vm.VM
 }
 
 func clusterNodes() []*clusterNode {
-	return []*clusterNode{
-		{name: "m1", role: "genesis", mac: cluster.M1MAC, cpus: 2, memMiB: 3072},
-		{name: "m2", role: "master", mac: cluster.M2MAC, cpus: 1, memMiB: 3072},
-		{name: "w1", role: "worker", mac: cluster.W1MAC, cpus: 1, memMiB: 2048},
+	var out []*clusterNode
+	for _, m := range cluster.Machines() {
+		out = append(out, &clusterNode{Machine: m})
 	}
+	return out
 }
 
 // benchCluster times the QEMU cluster scenario's site on the image: m1
@@ -178,7 +169,7 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 	for _, n := range nodes {
 		n.Ignition = nil
 		if err := n.Restart(); err != nil {
-			return fmt.Errorf("%s: booting after the power cut: %w", n.name, err)
+			return fmt.Errorf("%s: booting after the power cut: %w", n.Name, err)
 		}
 		n.on = poweredOn(n.VM)
 	}
@@ -191,10 +182,10 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 		"every VM killed at once, booted with no config; heartbeats from restart − 5 s on, as the QEMU scenario does")}
 	var last time.Time
 	for _, n := range nodes {
-		rows = append(rows, ratioRow(fmt.Sprintf("power cut: %s restart to `done role=%s (restored`", n.name, n.role),
-			got.done[n.name].Sub(n.on), floor, 0, ""))
-		if got.done[n.name].After(last) {
-			last = got.done[n.name]
+		rows = append(rows, ratioRow(fmt.Sprintf("power cut: %s restart to `done role=%s (restored`", n.Name, n.Role),
+			got.done[n.Name].Sub(n.on), floor, 0, ""))
+		if got.done[n.Name].After(last) {
+			last = got.done[n.Name]
 		}
 	}
 	rows = append(rows, ratioRow("power cut: restart to the last `restored` line", last.Sub(restart), floor, 0, ""))
@@ -207,10 +198,10 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 // the cut hits a settled cluster, not one still starting pods or
 // promoting m2's etcd.
 func (c *clusterRun) waitSettled(ctx context.Context) error {
-	what := fmt.Sprintf("at least %d kube-system pods running", clusterPods)
+	what := fmt.Sprintf("at least %d kube-system pods running", cluster.KubeSystemPods)
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
 	if err := clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
-		return clustercheck.KubeSystemRunning(ctx, c.kube, clusterPods, time.Time{})
+		return clustercheck.KubeSystemRunning(ctx, c.kube, cluster.KubeSystemPods, time.Time{})
 	}); err != nil {
 		return err
 	}
@@ -264,7 +255,7 @@ func settle(ctx context.Context, kube kubernetes.Interface, waiting []*clusterNo
 	for _, n := range waiting {
 		wg.Go(func() {
 			at, err := waitRoleDone(ctx, n, how)
-			record(n.name, at, err)
+			record(n.Name, at, err)
 		})
 	}
 	wg.Go(func() {
@@ -303,42 +294,38 @@ func allReady(ctx context.Context, kube kubernetes.Interface, since time.Time) e
 // ended how (bootstrapped, joined, restored), and returns when the line
 // was seen.
 func waitRoleDone(ctx context.Context, n *clusterNode, how string) (time.Time, error) {
-	want := "kiln-firstboot: done role=" + n.role
-	clusterLog("waiting up to %s for %s's `%s (%s` (console: %s)", clusterBoot, n.name, want, how, n.ConsolePath(n.Boot()))
-	line, err := n.WaitLine(ctx, regexp.MustCompile(regexp.QuoteMeta(want)+`|kiln-firstboot: error`), clusterBoot)
+	clusterLog("waiting up to %s for %s's `done role=%s (%s` (console: %s)", clusterBoot, n.Name, n.Role, how, n.ConsolePath(n.Boot()))
+	line, err := cluster.WaitRoleDone(ctx, n.VM, n.Role, how, clusterBoot)
 	at := time.Now()
-	if err == nil && !strings.Contains(line, want+" ("+how) {
-		err = fmt.Errorf("the console says %q", line)
-	}
 	if err != nil {
 		if ctx.Err() == nil {
-			clusterLog("%s console, last lines:\n%s", n.name, n.Tail(40))
+			clusterLog("%s console, last lines:\n%s", n.Name, n.Tail(40))
 		}
-		return at, fmt.Errorf("%s: waiting for `%s (%s`: %w", n.name, want, how, err)
+		return at, err
 	}
-	clusterLog("%s: %s (%s after power-on)", n.name, line, at.Sub(n.on).Round(time.Second))
+	clusterLog("%s: %s (%s after power-on)", n.Name, line, at.Sub(n.on).Round(time.Second))
 	return at, nil
 }
 
 // start makes n's tap and blank state disk and boots it from the ISO
 // with its config, as the scenario does.
 func (c *clusterRun) start(n *clusterNode) error {
-	tap := "tap-" + n.name
+	tap := "tap-" + n.Name
 	if err := c.seg.AddTap(tap); err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	disk := filepath.Join(c.dir, n.name+"-state.qcow2")
+	disk := filepath.Join(c.dir, n.Name+"-state.qcow2")
 	if err := createQcow2(disk, "8G"); err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	v, err := vm.Start(vm.Config{Name: n.name, Dir: filepath.Join(c.dir, n.name), Firmware: vm.BIOS, Boot: vm.BootISO,
-		MemoryMiB: n.memMiB, CPUs: n.cpus, KVM: vm.KVMUsable(), MAC: n.mac, ISO: abs(filepath.Join(c.o.out, "node.iso")),
-		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: c.seg.Name, Tap: tap, Ignition: c.cfgs[n.name]})
+	v, err := vm.Start(vm.Config{Name: n.Name, Dir: filepath.Join(c.dir, n.Name), Firmware: vm.BIOS, Boot: vm.BootISO,
+		MemoryMiB: n.MemoryMiB, CPUs: n.CPUs, KVM: vm.KVMUsable(), MAC: n.MAC, ISO: abs(filepath.Join(c.o.out, "node.iso")),
+		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: c.seg.Name, Tap: tap, Ignition: c.cfgs[n.Name]})
 	if err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
+		return fmt.Errorf("%s: %w", n.Name, err)
 	}
 	n.VM, n.on = v, poweredOn(v)
-	clusterLog("%s (%s) powered on: %d vCPU, %d MiB", n.name, n.role, n.cpus, n.memMiB)
+	clusterLog("%s (%s) powered on: %d vCPU, %d MiB", n.Name, n.Role, n.CPUs, n.MemoryMiB)
 	return nil
 }
 

@@ -33,7 +33,7 @@ func TestRatioRow(t *testing.T) {
 func TestClusterNodes(t *testing.T) {
 	var got []string
 	for _, n := range clusterNodes() {
-		got = append(got, fmt.Sprintf("%s %s %s %d vCPU %d MiB", n.name, n.role, n.mac, n.cpus, n.memMiB))
+		got = append(got, fmt.Sprintf("%s %s %s %d vCPU %d MiB", n.Name, n.Role, n.MAC, n.CPUs, n.MemoryMiB))
 	}
 	want := []string{
 		"m1 genesis 52:54:00:77:00:11 2 vCPU 3072 MiB",
