@@ -47,8 +47,10 @@ unit: deps
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run TestAddOnsApplyToARealAPIServer ./firstboot/role/
 
+# The cluster scenario and the genesis-of-an-existing-cluster one run
+# first, alone; then the one-vCPU boot scenarios two at a time.
 qemu-test: image
-	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 85m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/

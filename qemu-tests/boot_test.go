@@ -20,6 +20,7 @@ const (
 // files, user and units; under OVMF the config also names a blank disk
 // for the state partition.
 func TestISOAppliesConfig(t *testing.T) {
+	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
 	for _, tc := range []struct {
 		name      string
@@ -31,8 +32,9 @@ func TestISOAppliesConfig(t *testing.T) {
 		{"uefi", vm.UEFI, "/dev/vda", "/dev/vda1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := logDir(t, out)
-			cfg := vm.Config{Name: "iso-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootISO,
+			cfg := vm.Config{CPUs: 1, Name: "iso-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootISO,
 				ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, nodeConfig(tc.stateDisk))}
 			if tc.stateDisk != "" {
 				disk := filepath.Join(dir, "state.qcow2")
@@ -57,12 +59,13 @@ func TestISOAppliesConfig(t *testing.T) {
 // re-applies the stored config, keeps /var/lib/kiln, loses /etc drift and
 // does not repeat one-time steps.
 func TestRawDiskSurvivesPowerCut(t *testing.T) {
+	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
 	dir := logDir(t, out)
 	disk := filepath.Join(dir, "node.raw")
 	copyFile(t, filepath.Join(out, "node.raw"), disk)
 	qemuImg(t, "resize", "-q", "-f", "raw", disk, "3G")
-	v := startVM(t, vm.Config{Name: "raw", Dir: dir, Firmware: vm.UEFI, Boot: vm.BootDisk,
+	v := startVM(t, vm.Config{CPUs: 1, Name: "raw", Dir: dir, Firmware: vm.UEFI, Boot: vm.BootDisk,
 		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: mustJSON(t, nodeConfig(""))})
 
 	first, err := v.BootID(t.Context(), bootTimeout)
@@ -98,9 +101,11 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 // loopback (10.0.2.2 inside QEMU's user network), and the config from
 // ignition.config.url=.
 func TestPXEFetchesConfigFromURL(t *testing.T) {
+	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
 	for _, fw := range []vm.Firmware{vm.BIOS, vm.UEFI} {
 		t.Run(fw.String(), func(t *testing.T) {
+			t.Parallel()
 			dir := logDir(t, out)
 			cfg := map[string][]byte{"config.ign": mustJSON(t, nodeConfig(""))}
 			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, cfg, func(p *vm.PXEServer) string {
@@ -110,7 +115,7 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pxe.Close)
-			v := startVM(t, vm.Config{Name: "pxe-" + fw.String(), Dir: dir, Firmware: fw, Boot: vm.BootPXE,
+			v := startVM(t, vm.Config{CPUs: 1, Name: "pxe-" + fw.String(), Dir: dir, Firmware: fw, Boot: vm.BootPXE,
 				TFTPDir: pxe.TFTPDir, BootFile: pxe.BootFile, MemoryMiB: 2048})
 			waitLine(t, v, doneLine+"url")
 			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
@@ -122,9 +127,10 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 // Scenario 4: an invalid config prints its report and the error line and
 // applies nothing: no file, no user, no probe.
 func TestInvalidConfigChangesNothing(t *testing.T) {
+	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
 	dir := logDir(t, out)
-	v := startVM(t, vm.Config{Name: "invalid", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
+	v := startVM(t, vm.Config{CPUs: 1, Name: "invalid", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
 		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, invalidConfig())})
 	line := waitLine(t, v, errorLine)
 	if !strings.Contains(line, "invalid config from fw_cfg") {

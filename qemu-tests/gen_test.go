@@ -36,6 +36,7 @@ const genProbe = `echo "probe: host=$(hostname)` +
 // Scenario 5: a worker config from kiln gen, booted from the ISO under
 // SeaBIOS, is applied by the agent as it is.
 func TestGeneratedWorkerConfigApplies(t *testing.T) {
+	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
 	dir := logDir(t, out)
 	s, err := site.Parse("qemu-site.yaml", []byte(genSite))
@@ -57,7 +58,7 @@ func TestGeneratedWorkerConfigApplies(t *testing.T) {
 	unit := "[Unit]\nAfter=kiln-firstboot.service\n[Service]\nType=oneshot\nExecStart=/bin/sh -c '" + genProbe + "'\n[Install]\nWantedBy=multi-user.target\n"
 	cfg["systemd"] = map[string]any{"units": []any{map[string]any{"name": "kiln-test-probe.service", "enabled": true, "contents": unit}}}
 
-	v := startVM(t, vm.Config{Name: "gen-worker", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
+	v := startVM(t, vm.Config{CPUs: 1, Name: "gen-worker", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
 		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, cfg)})
 	waitLine(t, v, doneLine+"fw_cfg")
 	expectFields(t, waitLine(t, v, `probe: host=`), map[string]string{
