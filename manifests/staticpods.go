@@ -186,12 +186,14 @@ func httpProbe(path string, port int, scheme corev1.URIScheme) *corev1.Probe {
 // startupProbe gives the pod's container a startup probe on the same
 // endpoint as its liveness probe, allowing the profile's startup time:
 // a slow start is waited for instead of killed by the liveness probe and
-// begun again. A container without a liveness probe gets none.
+// begun again; the liveness probe then allows the profile's liveness
+// time. A container without a liveness probe gets none.
 func startupProbe(pod *corev1.Pod, t Timing) {
 	c := &pod.Spec.Containers[0]
 	if c.LivenessProbe == nil {
 		return
 	}
+	c.LivenessProbe.FailureThreshold = t.livenessFailures()
 	c.StartupProbe = &corev1.Probe{
 		ProbeHandler:  *c.LivenessProbe.ProbeHandler.DeepCopy(),
 		PeriodSeconds: int32(probePeriod.Seconds()), TimeoutSeconds: c.LivenessProbe.TimeoutSeconds,

@@ -25,6 +25,11 @@ type Timing struct {
 	// until its health endpoint first answers before the kubelet
 	// restarts it; the liveness probe only runs after that.
 	Startup time.Duration
+	// Liveness is how long a started static pod's health endpoint may
+	// fail before the kubelet restarts it: an apiserver whose etcd
+	// quorum is slow (a starved member) answers /livez with errors for a
+	// while, and a restart under load costs minutes more.
+	Liveness time.Duration
 }
 
 // timings are the profiles, by the names site.Timings lists.
@@ -33,15 +38,16 @@ var timings = map[string]Timing{
 	site.TimingDefault: {
 		EtcdHeartbeat: 100 * time.Millisecond, EtcdElection: 1000 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-		Startup: 5 * time.Minute,
+		Startup: 5 * time.Minute, Liveness: 80 * time.Second,
 	},
 	// Loaded, small or emulated machines: five times etcd's timers (the
-	// election still 10 heartbeats), a lease four times as long, and a
-	// start may take 15 min.
+	// election still 10 heartbeats), a lease four times as long, a start
+	// may take 15 min and a running component may fail its health check
+	// for 5 min before it is restarted.
 	site.TimingSlow: {
 		EtcdHeartbeat: 500 * time.Millisecond, EtcdElection: 5000 * time.Millisecond,
 		LeaseDuration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second,
-		Startup: 15 * time.Minute,
+		Startup: 15 * time.Minute, Liveness: 5 * time.Minute,
 	},
 }
 
@@ -69,6 +75,10 @@ const probePeriod = 10 * time.Second
 // probes, one per period, to cover the profile's startup time.
 func (t Timing) startupFailures() int32 {
 	return int32((t.Startup + probePeriod - 1) / probePeriod)
+}
+
+func (t Timing) livenessFailures() int32 {
+	return int32((t.Liveness + probePeriod - 1) / probePeriod)
 }
 
 // seconds renders a duration the way the components' flags are usually

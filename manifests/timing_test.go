@@ -133,12 +133,12 @@ func TestStartupProbes(t *testing.T) {
 		"kube-scheduler":          "HTTPS 127.0.0.1:10259/livez",
 	}
 	for _, tc := range []struct {
-		timing string
-		want   time.Duration
+		timing         string
+		want, liveness time.Duration
 	}{
-		{"", 5 * time.Minute},
-		{"default", 5 * time.Minute},
-		{"slow", 15 * time.Minute},
+		{"", 5 * time.Minute, 80 * time.Second},
+		{"default", 5 * time.Minute, 80 * time.Second},
+		{"slow", 15 * time.Minute, 5 * time.Minute},
 	} {
 		n := node("m1", "genesis", "192.168.10.11")
 		n.Cluster.Timing = tc.timing
@@ -170,6 +170,9 @@ func TestStartupProbes(t *testing.T) {
 			allowed := time.Duration(s.InitialDelaySeconds+s.PeriodSeconds*s.FailureThreshold) * time.Second
 			if allowed < tc.want || allowed > tc.want+time.Duration(s.PeriodSeconds)*time.Second {
 				t.Errorf("timing %q: %s: startup probe allows %s, want %s", tc.timing, pod.Name, allowed, tc.want)
+			}
+			if live := time.Duration(l.PeriodSeconds*l.FailureThreshold) * time.Second; live != tc.liveness {
+				t.Errorf("timing %q: %s: liveness probe allows %s of failures, want %s", tc.timing, pod.Name, live, tc.liveness)
 			}
 		}
 		slices.Sort(probed)
