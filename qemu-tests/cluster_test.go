@@ -276,7 +276,21 @@ func checkPodNetwork(t *testing.T, kube kubernetes.Interface, image string) {
 		echoIP = p.Status.PodIP
 		return nil
 	})
-	client := clustercheck.CheckPod("echo-client", image, "w1", "http", "--retry", "120s",
+	eventually(t, "the echo Service's endpoints listing the echo pod", 10*time.Minute, func() error {
+		slices, err := kube.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=echo"})
+		if err != nil {
+			return err
+		}
+		for _, sl := range slices.Items {
+			for _, ep := range sl.Endpoints {
+				if len(ep.Addresses) > 0 && ep.Addresses[0] == echoIP && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%d endpoint slices, none lists %s ready", len(slices.Items), echoIP)
+	})
+	client := clustercheck.CheckPod("echo-client", image, "w1", "http", "--retry", "300s",
 		"http://"+echoIP+":8080/", "http://echo.default.svc.cluster.local/")
 	ended, logs := runCheckPod(t, kube, client)
 	clientIP := ended.Status.PodIP

@@ -81,11 +81,13 @@ type Machine struct {
 }
 
 // Machines are ClusterSite's VMs, m1 first: it bootstraps alone, and the
-// others boot side by side once it is done. The three fit in 8 GiB.
+// others boot side by side once it is done. The three fit in 8 GiB. Both
+// masters get 2 vCPUs: each etcd member is half the quorum, and a
+// starved one stalls every write (seen with m2 on one vCPU).
 func Machines() []Machine {
 	return []Machine{
 		{Name: "m1", Role: "genesis", MAC: M1MAC, CPUs: 2, MemoryMiB: 3072},
-		{Name: "m2", Role: "master", MAC: M2MAC, CPUs: 1, MemoryMiB: 3072},
+		{Name: "m2", Role: "master", MAC: M2MAC, CPUs: 2, MemoryMiB: 3072},
 		{Name: "w1", Role: "worker", MAC: W1MAC, CPUs: 1, MemoryMiB: 2048},
 	}
 }
