@@ -5,7 +5,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -119,26 +118,6 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// Eventually retries check every 3 s until it passes or bound runs out,
-// returning its last error.
-func Eventually(ctx context.Context, bound time.Duration, check func() error) error {
-	deadline := time.Now().Add(bound)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %w", bound, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(3 * time.Second):
-		}
-	}
 }
 
 // KilnImage is the kiln image's reference, from an image's manifest.
