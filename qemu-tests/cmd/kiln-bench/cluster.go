@@ -35,7 +35,7 @@ const (
 	goalAfterCut = 4.0
 )
 
-const clusterTitle = "Cluster (ISO, SeaBIOS, TCG, `timing: slow`; m1 genesis 2 vCPUs 3 GiB, m2 master 1 vCPU 3 GiB, " +
+const clusterTitle = "Cluster (ISO, SeaBIOS, TCG, `timing: slow`; m1 genesis 2 vCPUs 3 GiB, m2 master 2 vCPUs 3 GiB, " +
 	"w1 worker 1 vCPU 2 GiB, on a bridge in a network namespace; the host polls the Nodes through it every 2 s)"
 
 var clusterHead = [3]string{"step", "time", "floor: plain boot of the same ISO to the login prompt (SeaBIOS, 3 GiB, 2 vCPUs)"}
