@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,19 +19,20 @@ import (
 // error, WaitLine reruns that boot under TCG and marks KVM broken. KILN_ACCEL=tcg
 // or KILN_ACCEL=kvm overrides the probe. The answer is computed once.
 func KVMUsable() bool {
-	kvmOnce.Do(func() { kvmOK = probeKVM() })
-	return kvmOK
+	kvmOnce.Do(func() { kvmOK.Store(probeKVM()) })
+	return kvmOK.Load()
 }
 
+// The probe's answer; VMs of parallel tests read and mark it.
 var (
 	kvmOnce sync.Once
-	kvmOK   bool
+	kvmOK   atomic.Bool
 )
 
 // markKVMBroken makes KVMUsable answer false from now on.
 func markKVMBroken() {
 	kvmOnce.Do(func() {})
-	kvmOK = false
+	kvmOK.Store(false)
 }
 
 func probeKVM() bool {
