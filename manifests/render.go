@@ -28,7 +28,7 @@ func Files(p Params) ([]File, error) {
 		{CorefilePath, []byte(Corefile(p))},
 	}
 	for _, pod := range ControlPlaneIf(p) {
-		fs, err := ComponentFiles(p, pod.Name)
+		fs, err := podFiles(p, pod)
 		if err != nil {
 			return nil, err
 		}
@@ -46,17 +46,22 @@ func Files(p Params) ([]File, error) {
 // on every boot and the component's anchor keeps them.
 func ComponentFiles(p Params, component string) ([]File, error) {
 	for _, pod := range ControlPlane(p) {
-		if pod.Name != component {
-			continue
+		if pod.Name == component {
+			return podFiles(p, pod)
 		}
-		f, err := staticPodFile(pod)
-		if err != nil || component != "etcd" {
-			return []File{f}, err
-		}
-		conf, err := EtcdConfig(p)
-		return []File{{EtcdConfigPath, conf}, f}, err
 	}
 	return nil, fmt.Errorf("no control-plane component %q (the components: %v)", component, AnchoredComponents)
+}
+
+// podFiles are a control-plane pod's static pod file and, for etcd, its
+// configuration file.
+func podFiles(p Params, pod *corev1.Pod) ([]File, error) {
+	f, err := staticPodFile(pod)
+	if err != nil || pod.Name != "etcd" {
+		return []File{f}, err
+	}
+	conf, err := EtcdConfig(p)
+	return []File{{EtcdConfigPath, conf}, f}, err
 }
 
 func staticPodFile(pod *corev1.Pod) (File, error) {
