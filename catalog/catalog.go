@@ -90,6 +90,19 @@ func (c *Catalog) Manifests() manifests.Images {
 	}
 }
 
+// ForRole is the catalog of the images a node of the role (genesis,
+// master, worker) can run: what it imports.
+func (c *Catalog) ForRole(role string) *Catalog {
+	want := manifests.NodeImages(c.Manifests(), role)
+	out := &Catalog{KubernetesVersion: c.KubernetesVersion}
+	for _, im := range c.Images {
+		if slices.Contains(want, im.Ref) {
+			out.Images = append(out.Images, im)
+		}
+	}
+	return out
+}
+
 // Refs lists every baked reference, sorted.
 func (c *Catalog) Refs() []string {
 	var out []string

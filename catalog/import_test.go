@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,4 +125,28 @@ func TestImportFailures(t *testing.T) {
 			t.Error("a failed import was stamped")
 		}
 	})
+}
+
+// A worker imports only the images it can run; a master all of them.
+func TestForRole(t *testing.T) {
+	c := full()
+	for _, tc := range []struct {
+		role string
+		want []string
+	}{
+		{"genesis", Roles},
+		{"master", Roles},
+		{"worker", []string{CoreDNS, Kiln, Pause, Proxy}},
+	} {
+		var got []string
+		for _, im := range c.ForRole(tc.role).Images {
+			got = append(got, im.Role)
+		}
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s imports %v, want %v", tc.role, got, want)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // Labels the add-ons and anchors select nodes by.
@@ -270,10 +271,35 @@ func clusterDNS(p Params) []runtime.Object {
 // ReferencedImages lists every container image any manifest kiln renders
 // uses, for every role: what the builder checks against the baked images.
 func ReferencedImages(img Images) []string {
+	return nodeImages(img, func(corev1.PodSpec) bool { return true }, true)
+}
+
+// NodeImages lists the container images a node of the role can run: a
+// master's are all of them; a worker's are the node-local DNS, the
+// DaemonSets not held to masters, the Deployments (which may land on
+// any node) and the pause sandbox. A node imports only these at first
+// boot, which on a worker is less than half the archives.
+func NodeImages(img Images, role string) []string {
+	if role != nodefile.RoleWorker {
+		return ReferencedImages(img)
+	}
+	onWorker := func(spec corev1.PodSpec) bool {
+		_, mastersOnly := spec.NodeSelector[MasterLabel]
+		return !mastersOnly
+	}
+	return nodeImages(img, onWorker, false)
+}
+
+// nodeImages collects the images of the pod specs runs keeps, the
+// control plane's static pods only with controlPlane, in first-seen order.
+func nodeImages(img Images, runs func(corev1.PodSpec) bool, controlPlane bool) []string {
 	p := GenesisParams(sampleNode(), img)
 	seen := map[string]bool{}
 	var out []string
 	add := func(spec corev1.PodSpec) {
+		if !runs(spec) {
+			return
+		}
 		for _, c := range append(spec.InitContainers, spec.Containers...) {
 			if !seen[c.Image] {
 				seen[c.Image] = true
@@ -281,7 +307,11 @@ func ReferencedImages(img Images) []string {
 			}
 		}
 	}
-	for _, pod := range append(ControlPlane(p), NodeLocalDNS(p)) {
+	pods := []*corev1.Pod{NodeLocalDNS(p)}
+	if controlPlane {
+		pods = append(ControlPlane(p), pods...)
+	}
+	for _, pod := range pods {
 		add(pod.Spec)
 	}
 	for _, o := range AddOns(p) {
@@ -292,6 +322,8 @@ func ReferencedImages(img Images) []string {
 			add(o.Spec.Template.Spec)
 		}
 	}
-	out = append(out, img.Pause) // the sandbox of every pod, named in the containerd config
+	if !seen[img.Pause] {
+		out = append(out, img.Pause) // the sandbox of every pod, named in the containerd config
+	}
 	return out
 }

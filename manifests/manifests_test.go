@@ -163,3 +163,27 @@ func TestReferencedImages(t *testing.T) {
 		t.Errorf("referenced images %v, want %v", got, want)
 	}
 }
+
+// A worker imports only the images it can run: no control-plane image,
+// but what its node-local DNS, the DaemonSets not held to masters and the
+// cluster DNS Deployment need.
+func TestNodeImages(t *testing.T) {
+	all := ReferencedImages(testImages)
+	slices.Sort(all)
+	for _, tc := range []struct {
+		role string
+		want []string
+	}{
+		{nodefile.RoleGenesis, all},
+		{nodefile.RoleMaster, all},
+		{nodefile.RoleWorker, []string{testImages.CoreDNS, testImages.Kiln, testImages.Proxy, testImages.Pause}},
+	} {
+		got := NodeImages(testImages, tc.role)
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: images %v, want %v", tc.role, got, want)
+		}
+	}
+}

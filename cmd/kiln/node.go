@@ -20,6 +20,7 @@ import (
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/netcheck"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // The subcommands below run on nodes: in the image's units and in the
@@ -65,16 +66,21 @@ func newImagesCmd() *cobra.Command {
 	imp := &cobra.Command{
 		Use:   "import",
 		Short: "Import the baked image archives into containerd (run by kiln-images.service)",
-		Long: `Import every archive listed in /usr/lib/kiln/images.json into containerd's
+		Long: `Import the archives listed in /usr/lib/kiln/images.json into containerd's
 k8s.io namespace, skipping those imported before (containerd's store is on the
-state partition).`,
+state partition). A node imports the images its role (from /etc/kiln/node.json)
+can run: a worker has no control-plane image.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := catalog.Read(root + catalog.Path)
 			if err != nil {
 				return err
 			}
-			return cat.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout())
+			node, err := nodefile.Read(root + nodefile.Path)
+			if err != nil {
+				return err
+			}
+			return cat.ForRole(node.Role).Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout())
 		},
 	}
 	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
