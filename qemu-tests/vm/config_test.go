@@ -13,10 +13,10 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 		wantNot []string
 	}{
 		{"iso bios", Config{Dir: "/d", Firmware: BIOS, Boot: BootISO, ISO: "/o/node.iso", Ignition: []byte("{}")},
-			[]string{"-machine pc", "-accel tcg", "-serial file:/d/console-1.log", "file=/o/node.iso,media=cdrom", "-boot d", "-fw_cfg name=opt/com.coreos/config,file=/d/config.ign"},
+			[]string{"-machine pc", "-accel tcg", "-cpu max,la57=off", "-serial file:/d/console-1.log", "file=/o/node.iso,media=cdrom", "-boot d", "-fw_cfg name=opt/com.coreos/config,file=/d/config.ign"},
 			[]string{"pflash"}},
 		{"raw uefi with kvm", Config{Dir: "/d", Firmware: UEFI, Boot: BootDisk, KVM: true, Disks: []Disk{{"/d/node.raw", "raw"}}},
-			[]string{"-machine q35", "-accel kvm", "readonly=on,file=" + OVMFCode, "file=/d/OVMF_VARS.fd", "file=/d/node.raw,format=raw,if=virtio", "-boot c"},
+			[]string{"-machine q35", "-accel kvm", "-cpu host", "readonly=on,file=" + OVMFCode, "file=/d/OVMF_VARS.fd", "file=/d/node.raw,format=raw,if=virtio", "-boot c"},
 			[]string{"fw_cfg", "cdrom"}},
 		{"direct kernel", Config{Dir: "/d", Firmware: BIOS, Boot: BootISO, ISO: "/o/node.iso", Kernel: "/k", Initrd: "/i", Append: "root=x a=b"},
 			[]string{"-boot d", "-kernel /k -initrd /i -append root=x a=b"}, []string{"fw_cfg"}},
