@@ -13,11 +13,17 @@ var AnchoredComponents = []string{"etcd", "kube-apiserver", "kube-controller-man
 
 const DiscoveryAnchor = "discovery"
 
+// NodeLabelsAnchor is the anchor that also applies the labels workers
+// request on their Nodes (nodelabels), from every master.
+const NodeLabelsAnchor = "kube-controller-manager"
+
 // CatalogDir is the image's catalog directory, which anchors read.
 const CatalogDir = "/usr/lib/kiln"
 
 // Anchors are one DaemonSet per anchored component on the masters (by
-// label), and the discovery anchor on every node. An anchor pod only
+// label), and the discovery anchor on every node. The controller-manager's
+// anchor, under its own service account (nodes: get, list, patch), also
+// applies the labels workers request. An anchor pod only
 // keeps files; its preStop hook, run when the pod is deleted through the
 // API (never on a power cut), moves the component's manifest to a backup
 // directory, bounded by the grace period.
@@ -26,11 +32,18 @@ func Anchors(p Params) []runtime.Object {
 		serviceAccount("kiln-anchor"),
 		clusterRole("kiln:anchor", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"get", "list", "watch"}}}),
 		clusterRoleBinding("kiln:anchor", "kiln:anchor", "kiln-anchor"),
+		serviceAccount("kiln-node-labels"),
+		clusterRole("kiln:node-labels", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}}}),
+		clusterRoleBinding("kiln:node-labels", "kiln:node-labels", "kiln-node-labels"),
 	}
 	for _, c := range AnchoredComponents {
 		ds := anchorDaemonSet(p, c)
 		spec := &ds.Spec.Template.Spec
 		spec.NodeSelector = map[string]string{MasterLabel: ""}
+		if c == NodeLabelsAnchor {
+			spec.ServiceAccountName = "kiln-node-labels"
+			spec.Containers[0].Command = append(spec.Containers[0].Command, "--apply-node-labels")
+		}
 		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 			Command: []string{"/kiln", "anchor", "--component", c, "--cleanup", "--timeout", "20s"}}}}
 		objs = append(objs, ds)

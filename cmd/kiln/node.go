@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/netcheck"
 	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/nodelabels"
 )
 
 // The subcommands below run on nodes: in the image's units and in the
@@ -219,7 +220,7 @@ func newPauseCmd() *cobra.Command {
 
 func newAnchorCmd() *cobra.Command {
 	var component, server, root string
-	var cleanup bool
+	var cleanup, applyLabels bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "anchor --component NAME",
@@ -233,7 +234,12 @@ runs it with no apiserver. With --cleanup (the pod's preStop hook) it moves the
 manifest to /var/lib/kiln/manifests-backup, within --timeout.
 
 --component discovery keeps the node-local CoreDNS zone listing the ready
-apiservers from the kubernetes Endpoints; it never writes an empty zone.`,
+apiservers from the kubernetes Endpoints; it never writes an empty zone.
+
+--apply-node-labels (the controller-manager's anchor) also applies, every 30 s,
+the labels workers request on their Nodes (annotation ` + nodelabels.Annotation + `)
+that a kubelet may not set itself, except the control-plane role and
+node-restriction.kubernetes.io/ labels.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
@@ -246,11 +252,14 @@ apiservers from the kubernetes Endpoints; it never writes an empty zone.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var kube kubernetes.Interface
-			if component == anchor.Discovery {
+			if component == anchor.Discovery || applyLabels {
 				var err error
 				if kube, err = inClusterVia(server); err != nil {
 					return err
 				}
+			}
+			if applyLabels {
+				go (&nodelabels.Reconciler{Kube: kube, Log: logf}).Run(ctx, 30*time.Second)
 			}
 			// A master that goes down leaves the kubernetes Endpoints within
 			// its endpoint lease (15 s); the discovery anchor looks every
@@ -263,7 +272,8 @@ apiservers from the kubernetes Endpoints; it never writes an empty zone.`,
 		},
 	}
 	cmd.Flags().StringVar(&component, "component", "", "the anchored component")
-	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor")
+	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor and --apply-node-labels")
+	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes")
 	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
 	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the component's manifest to the backup directory and exit (preStop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")

@@ -14,37 +14,63 @@ import (
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/nodelabels"
 )
 
 // workerPhases start the kubelet and wait until the node is Ready, as
 // the kubelet's own credentials see it (a node may read its own Node);
-// the first time it is, the join is stamped done.
+// then the node asks for the labels its kubelet may not set, and the
+// first time all that is done the join is stamped.
 func (n *Node) workerPhases() []phase {
 	return []phase{
 		{name: "start", run: func(ctx context.Context) error {
-			if r := n.restrictedLabels(); len(r) > 0 {
-				n.Log("labels %v are applied by a master (NodeRestriction forbids a kubelet setting them)", r)
-			}
 			return n.startNode(ctx, n.params(etcdmember.Membership{}), allPods)
 		}},
 		{name: "node-ready", run: n.waitReadyAsKubelet},
+		{name: "request-labels", once: true, run: n.requestLabels},
 		{name: "joined", once: true, run: func(context.Context) error { return nil }},
 	}
 }
 
-func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
+// kubeletClient talks to the cluster as this node's kubelet.
+func (n *Node) kubeletClient() (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.KubeconfigDir+"/kubelet.conf"))
 	if err != nil {
-		return fmt.Errorf("the kubelet kubeconfig: %w", err)
+		return nil, fmt.Errorf("the kubelet kubeconfig: %w", err)
 	}
 	cfg.Timeout = 30 * time.Second
-	kube, err := kubernetes.NewForConfig(cfg)
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
+	kube, err := n.kubeletClient()
 	if err != nil {
 		return err
 	}
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
 		return rejected(clustercheck.NodeReady(ctx, kube, n.file.Name, n.started))
 	})
+}
+
+// requestLabels annotates the Node with the site's labels NodeRestriction
+// keeps a kubelet from setting (node-role.kubernetes.io/worker, ...); a
+// master's controller-manager anchor applies them.
+func (n *Node) requestLabels(ctx context.Context) error {
+	r := n.restrictedLabels()
+	if len(r) == 0 {
+		return nil
+	}
+	kube, err := n.kubeletClient()
+	if err != nil {
+		return err
+	}
+	err = clustercheck.Wait(ctx, "labels requested on node "+n.file.Name, n.Wait, n.Log, func(ctx context.Context) error {
+		return rejected(nodelabels.Request(ctx, kube, n.file.Name, r))
+	})
+	if err == nil {
+		n.Log("labels %v requested; a master applies them (NodeRestriction forbids a kubelet setting them)", r)
+	}
+	return err
 }
 
 // rejected makes an answer that no retry changes final: the cluster
