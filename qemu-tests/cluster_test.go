@@ -37,8 +37,8 @@ type clusterVM struct {
 }
 
 // TestClusterJoinsAndSurvivesPowerCut boots a site of three machines on
-// one L2 segment (a bridge in a network namespace): m1 (genesis) first,
-// then m2 (master) and w1 (worker) side by side. It checks the cluster
+// one L2 segment (a bridge in a network namespace), all at once: m1
+// (genesis), m2 (master) and w1 (worker). It checks the cluster
 // the way an operator would, then cuts the power of every VM at once,
 // boots them all again with no config, and checks it again.
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
@@ -66,14 +66,13 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, m := range cluster.Machines() {
 		nodes = append(nodes, &clusterVM{Machine: m})
 	}
-	// m1 bootstraps alone; the others boot once it is done, so the cores
-	// go to the slowest part first.
-	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0].Machine, cfgs["m1"])
-	waitDone(t, nodes[0], "bootstrapped")
-	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
-	for _, n := range nodes[1:] {
+	// Every machine is powered on at once, as at a site: m2 and w1 boot
+	// and import their images while m1 bootstraps, then wait for it.
+	for _, n := range nodes {
 		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 	}
+	waitDone(t, nodes[0], "bootstrapped")
+	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	for _, n := range nodes[1:] {
 		waitDone(t, n, "joined")
 	}
@@ -204,6 +203,18 @@ func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, 
 	for _, name := range []string{"m1", "m2", "w1"} {
 		eventually(t, "node "+name+" Ready", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, name, since) })
 	}
+	// w1's site labels: the one its kubelet sets, and the one a master
+	// applies at its request.
+	eventually(t, "w1 labelled as the site says", 2*time.Minute, func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, ok := n.Labels["node-role.kubernetes.io/worker"]; !ok || n.Labels["kiln.dev/pool"] != "edge" {
+			return fmt.Errorf("labels %v", n.Labels)
+		}
+		return nil
+	})
 	eventually(t, "every kube-system pod running", clusterSettle, func() error {
 		return clustercheck.KubeSystemRunning(ctx, kube, cluster.KubeSystemPods, since)
 	})

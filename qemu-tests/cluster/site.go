@@ -30,7 +30,8 @@ const (
 )
 
 // ClusterSite is a two-master, one-worker site on the namespace's bridge:
-// m1 (genesis) and m2 masters, w1 a worker in the edge pool; three VMs
+// m1 (genesis) and m2 masters, w1 a worker in the edge pool (and with
+// node-role.kubernetes.io/worker, a label its kubelet may not set); three VMs
 // under TCG on 2 cores are a slow machine, so its timing is slow.
 func ClusterSite() string {
 	node := func(name, role, mac, addr, extra string) string {
@@ -48,7 +49,7 @@ cluster:
 nodes:
 ` + node("m1", "genesis", M1MAC, M1Addr, "") +
 		node("m2", "master", M2MAC, M2Addr, "") +
-		node("w1", "worker", W1MAC, W1Addr, ", labels: {kiln.dev/pool: edge}")
+		node("w1", "worker", W1MAC, W1Addr, ", labels: {kiln.dev/pool: edge, node-role.kubernetes.io/worker: \"\"}")
 }
 
 // NetnsClient is a client with an admin kubeconfig used as written: its

@@ -26,6 +26,9 @@ func TestClusterSiteRendersEveryNode(t *testing.T) {
 			t.Errorf("node %s: %+v, want %+v", n.Name, n, w)
 		}
 	}
+	if got, ok := s.Nodes[2].Labels["node-role.kubernetes.io/worker"]; !ok || got != "" {
+		t.Errorf("w1's worker role label %q (%v)", got, ok)
+	}
 	if got := s.Nodes[2].Labels["kiln.dev/pool"]; got != "edge" {
 		t.Errorf("w1's pool label %q", got)
 	}
