@@ -140,6 +140,9 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 	}
 	for _, n := range nodes {
 		waitDone(t, n, "restored")
+		if src, ok := n.Find(mustRe(`kiln-firstboot: done source=`)); !ok || !strings.Contains(src, "source=state") {
+			t.Errorf("%s: config source after power cut %d: %q, want the state partition", n.Name, cut, src)
+		}
 		if id, err := n.BootID(ctx, time.Minute); err != nil || id == bootIDs[n.Name] {
 			t.Errorf("%s: boot id %q after power cut %d (%v), before %q", n.Name, id, cut, err, bootIDs[n.Name])
 		}
