@@ -34,6 +34,7 @@ type Result struct {
 // or out is touched.
 func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	var res Result
+	out = filepath.Clean(out)
 	if err := checkOutput(out, s, st); err != nil {
 		return res, err
 	}
@@ -42,7 +43,6 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("PKI in %s: %w", st.Dir, err)
 	}
-	out = filepath.Clean(out)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return res, err
 	}

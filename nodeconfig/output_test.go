@@ -69,47 +69,55 @@ func TestOutputWithoutMarkerFromAnOlderKilnIsReplaced(t *testing.T) {
 func TestOutputHoldingWhatGenDidNotWriteIsRefused(t *testing.T) {
 	s := exampleSite(t)
 	st := freshPKI(t, s)
+	os.RemoveAll(filepath.Join(st.Dir, "nodes", "w2")) // a run that goes ahead issues them again
 	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, out string)
-		says  string
+		name   string
+		setup  func(t *testing.T, out string)
+		says   string
+		suffix string // appended to -o
 	}{
 		{"a file beside its marked output", func(t *testing.T, out string) {
 			generate(t, out)
 			writeTree(t, out, "notes.txt")
-		}, "holds notes.txt, which kiln gen did not write"},
+		}, "holds notes.txt, which kiln gen did not write", ""},
 		{"a file in nodes/ of its marked output", func(t *testing.T, out string) {
 			generate(t, out)
 			writeTree(t, out, "nodes/m1.ign.bak")
-		}, "holds nodes/m1.ign.bak"},
+		}, "holds nodes/m1.ign.bak", ""},
 		{"an older output with another file", func(t *testing.T, out string) {
 			writeTree(t, out, "nodes/m1.ign", AdminKubeconfig, "site.yaml")
-		}, "holds site.yaml"},
+		}, "holds site.yaml", ""},
 		{"an older output with a subdirectory in nodes/", func(t *testing.T, out string) {
 			writeTree(t, out, "nodes/m1.ign", "nodes/keep/x.ign")
-		}, "holds nodes/keep"},
+		}, "holds nodes/keep", ""},
 		{"kiln build's output", func(t *testing.T, out string) {
 			writeTree(t, out, "node.iso")
 			outdir.WriteMarker(out, outdir.Marker{Kind: "kiln build", Paths: []string{"node.iso"}})
-		}, `holds the output of "kiln build"`},
+		}, `holds the output of "kiln build"`, ""},
 		{"a symbolic link to a directory", func(t *testing.T, out string) {
 			target := filepath.Join(filepath.Dir(out), "real")
 			writeTree(t, target, "nodes/m1.ign")
 			os.Symlink(target, out)
-		}, "is a symbolic link"},
+		}, "is a symbolic link", ""},
+		{"a symbolic link given with a trailing slash", func(t *testing.T, out string) {
+			target := filepath.Join(filepath.Dir(out), "real")
+			writeTree(t, target, "nodes/m1.ign")
+			os.Symlink(target, out)
+		}, "is a symbolic link", "/"},
 		{"a regular file", func(t *testing.T, out string) {
 			writeTree(t, filepath.Dir(out), filepath.Base(out))
-		}, "is a file, not a directory"},
+		}, "is a file, not a directory", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := t.TempDir()
 			out := filepath.Join(parent, "site")
 			tc.setup(t, out)
 			outside, inPKI := treetest.Snapshot(t, parent), treetest.Snapshot(t, st.Dir)
-			_, err := Generate(s, st, out)
+			_, err := Generate(s, st, out+tc.suffix)
 			var r *outdir.Refusal
 			if !errors.As(err, &r) || !strings.Contains(err.Error(), out) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("err = %v, want a refusal naming %s that %s", err, out, tc.says)
+
 			}
 			treetest.Unchanged(t, parent, outside)
 			treetest.Unchanged(t, st.Dir, inPKI)
