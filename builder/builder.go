@@ -49,8 +49,12 @@ type build struct {
 }
 
 // Build runs the whole pipeline. On any failure, or when ctx is cancelled,
-// the output directory is left as it was.
+// the output directory is left as it was. An output directory CheckOutput
+// refuses is refused before anything runs.
 func Build(ctx context.Context, opts Options) error {
+	if err := CheckOutput(opts.OutDir, opts.Spec); err != nil {
+		return err
+	}
 	if opts.Runner == nil {
 		opts.Runner = ExecRunner{Env: os.Environ()}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/golden"
+	"github.com/kiln-project/kiln/internal/outdir"
 )
 
 func checkGolden(t *testing.T, name, got string) {
@@ -82,7 +83,8 @@ func (f *failingRunner) Run(_ context.Context, c Cmd) error {
 
 func TestFailedBuildLeavesOutputUntouched(t *testing.T) {
 	out, cache := t.TempDir(), t.TempDir()
-	previous := map[string]string{ISOName: "old iso", ManifestName: "old manifest"}
+	previous := map[string]string{ISOName: "old iso", ManifestName: "old manifest",
+		outdir.MarkerName: MarkerKind + "\n" + ISOName + "\n" + ManifestName + "\n"}
 	for n, c := range previous {
 		os.WriteFile(filepath.Join(out, n), []byte(c), 0o644)
 	}
@@ -123,6 +125,7 @@ func TestPublishSwapsDirectories(t *testing.T) {
 	stage, out := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(out, PXEDir), 0o755)
 	os.WriteFile(filepath.Join(out, PXEDir, "stale"), nil, 0o644)
+	outdir.WriteMarker(out, outdir.Marker{Kind: MarkerKind, Paths: []string{PXEDir + "/stale"}})
 	os.MkdirAll(filepath.Join(stage, PXEDir), 0o755)
 	os.WriteFile(filepath.Join(stage, PXEDir, "vmlinuz"), []byte("k"), 0o644)
 	os.WriteFile(filepath.Join(stage, ManifestName), []byte("{}"), 0o644)

@@ -3,9 +3,11 @@ package nodeconfig
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -24,16 +26,23 @@ type Result struct {
 
 // Generate makes sure the PKI holds everything the site needs, renders
 // every node's config, and only when all of them validate puts them at
-// out (nodes/<name>.ign and admin.kubeconfig) in one rename. A failed run
-// leaves the previous output as it was.
+// out (nodes/<name>.ign, admin.kubeconfig and the marker listing them) in
+// one rename. A failed run leaves the previous output as it was. out is
+// replaced only when it is missing, empty or kiln gen's own output, and
+// never when that would take the PKI, the site file or the current
+// directory with it: anything else is an *outdir.Refusal, before the PKI
+// or out is touched.
 func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	var res Result
+	out = filepath.Clean(out)
+	if err := checkOutput(out, s, st); err != nil {
+		return res, err
+	}
 	issued, err := st.Ensure(s)
 	res.Issued = issued
 	if err != nil {
 		return res, fmt.Errorf("PKI in %s: %w", st.Dir, err)
 	}
-	out = filepath.Clean(out)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return res, err
 	}
@@ -45,15 +54,17 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	if err := os.Chmod(stage, 0o700); err != nil {
 		return res, err
 	}
+	written := []string{AdminKubeconfig}
 	for _, n := range s.Nodes {
 		data, err := Render(s, st, n)
 		if err != nil {
 			return res, err
 		}
-		rel := filepath.Join(NodesDir, n.Name+".ign")
+		rel := path.Join(NodesDir, n.Name+".ign")
 		if err := atomicfile.WriteFile(filepath.Join(stage, rel), data, 0o600, nil); err != nil {
 			return res, err
 		}
+		written = append(written, rel)
 		res.Nodes = append(res.Nodes, filepath.Join(out, rel))
 	}
 	admin, err := AdminKubeconfigFor(s, st)
@@ -61,6 +72,12 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 		return res, fmt.Errorf("admin kubeconfig: %w", err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(stage, AdminKubeconfig), admin, 0o600, nil); err != nil {
+		return res, err
+	}
+	if err := outdir.WriteMarker(stage, outdir.Marker{Kind: MarkerKind, Paths: written}); err != nil {
+		return res, err
+	}
+	if err := checkContent(out); err != nil { // it may have changed while the configs rendered
 		return res, err
 	}
 	if err := atomicfile.ReplaceDir(stage, out); err != nil {

@@ -33,7 +33,12 @@ The build runs as root (debootstrap, chroot) and writes, in DIR:
 Slow inputs (the Debian base root filesystem, downloaded packages) are cached
 in the cache directory, keyed by a hash of what produced them. Artifacts are
 built aside and moved into DIR only when every step succeeded: a failed or
-interrupted build leaves DIR as it was, and can simply be run again.`,
+interrupted build leaves DIR as it was, and can simply be run again.
+
+kiln build writes over an artifact path in DIR only when kiln wrote what is
+there (its .kiln-output lists it, or, for an older kiln's output, its
+node.manifest.json): an operator's own node.iso, or a file added to pxe/, makes
+the build refuse before it starts. Other files in DIR are left alone.`,
 		Example: `  kiln build -o out/
   kiln build -f images/node.yaml -o out/ --cache ~/.cache/kiln`,
 		Args: cobra.NoArgs,
@@ -60,12 +65,15 @@ interrupted build leaves DIR as it was, and can simply be run again.`,
 }
 
 func runBuild(ctx context.Context, opts builder.Options) error {
+	if err := builder.CheckOutput(opts.OutDir, opts.Spec); err != nil {
+		return outputError(err)
+	}
 	if os.Geteuid() != 0 {
 		return usageError{errors.New("build: must run as root (debootstrap and chroot need it)")}
 	}
 	start := time.Now()
 	if err := builder.Build(ctx, opts); err != nil {
-		return fmt.Errorf("build of %s failed (nothing in %s was changed): %w", opts.Spec.Metadata.Name, opts.OutDir, err)
+		return outputError(fmt.Errorf("build of %s failed (nothing in %s was changed): %w", opts.Spec.Metadata.Name, opts.OutDir, err))
 	}
 	fmt.Fprintf(opts.Progress, "built %s in %s into %s\n", opts.Spec.Metadata.Name, time.Since(start).Round(time.Second), opts.OutDir)
 	return nil

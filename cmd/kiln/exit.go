@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 
+	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/validation"
 )
 
@@ -34,6 +35,16 @@ func (e reportedError) Unwrap() error { return e.err }
 func inputError(err error) error {
 	var l *validation.List
 	if errors.As(err, &l) || errors.Is(err, os.ErrNotExist) {
+		return usageError{err}
+	}
+	return err
+}
+
+// outputError marks kiln's refusal to write where -o points as a usage
+// error: the way out is another -o, or the operator moving their files.
+func outputError(err error) error {
+	var r *outdir.Refusal
+	if errors.As(err, &r) {
 		return usageError{err}
 	}
 	return err

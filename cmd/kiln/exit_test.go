@@ -16,6 +16,10 @@ func TestExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(broken, bytes.Replace(data, []byte("role: worker"), []byte("role: wroker"), 1), 0o644)
+	file, operators := filepath.Join(dir, "file"), filepath.Join(dir, "operators")
+	os.WriteFile(file, []byte("mine"), 0o644)
+	os.MkdirAll(operators, 0o755)
+	os.WriteFile(filepath.Join(operators, "node.iso"), []byte("mine"), 0o644)
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -30,6 +34,9 @@ func TestExitCodes(t *testing.T) {
 		{"site file missing", []string{"gen", "-f", filepath.Join(dir, "none.yaml"), "--pki", dir, "-o", dir}, exitUsage, "none.yaml"},
 		{"site file invalid", []string{"gen", "-f", broken, "--pki", dir, "-o", dir}, exitUsage, "nodes[3].role"},
 		{"spec file missing", []string{"build", "-f", filepath.Join(dir, "none.yaml")}, exitUsage, "none.yaml"},
+		{"gen output a regular file", []string{"gen", "-f", "../../examples/site.yaml", "--pki", filepath.Join(dir, "pki"), "-o", file}, exitUsage, file + ": it is a file"},
+		{"build output a regular file", []string{"build", "-o", file, "--cache", file}, exitUsage, file + ": it is a file"},
+		{"build over an operator's node.iso", []string{"build", "-o", operators, "--cache", file}, exitUsage, filepath.Join(operators, "node.iso") + ": it is there and kiln did not write it"},
 		{"bad flag value in RunE", []string{"pki", "check", "--pki", dir, "--warn", "soon"}, exitUsage, "--warn"},
 		{"runtime failure", []string{"images", "import", "--root", dir}, exitFailure, "image catalog"},
 		{"agent failure already on the console", []string{"firstboot", "role", "--root", dir}, exitFailure, ""},

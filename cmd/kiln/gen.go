@@ -29,6 +29,11 @@ The output directory gets, all or nothing (a failed run leaves it as it was):
                        discovery zone and /etc/kiln/node.json (role, cluster)
   admin.kubeconfig     cluster-admin credentials, server = the genesis node
 
+The output directory is replaced as a whole, so kiln gen replaces it only when
+it is missing, empty or its own earlier output (listed in its .kiln-output), and
+never when it is, holds or lies inside the PKI directory, or holds the site file
+or the current directory: anything else is refused, with nothing touched.
+
 A worker's config holds no CA key, no etcd key and no service-account key.
 Feed each node its config: fw_cfg, ignition.config.url=, a KILN-CONFIG drive,
 or embedded in the image (see docs/site.md).`,
@@ -45,7 +50,7 @@ or embedded in the image (see docs/site.md).`,
 				fmt.Fprintf(w, "issued %s\n", stem)
 			}
 			if err != nil {
-				return err
+				return outputError(err)
 			}
 			if len(res.Issued) == 0 {
 				fmt.Fprintf(w, "PKI in %s: nothing missing, nothing issued\n", pkiDir)

@@ -7,6 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kiln-project/kiln/internal/outdir"
+	"github.com/kiln-project/kiln/internal/treetest"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {
@@ -36,6 +41,9 @@ func TestGenCommand(t *testing.T) {
 	if !strings.Contains(got, "issued ca\n") || !strings.Contains(got, "wrote "+filepath.Join(out, "nodes", "w2.ign")) {
 		t.Errorf("first run said:\n%s", got)
 	}
+	if _, err := os.Stat(filepath.Join(out, outdir.MarkerName)); err != nil {
+		t.Errorf("no marker in the output: %v", err)
+	}
 	got, err = runCmd(t, "gen", "-f", site, "--pki", pkiDir, "-o", out)
 	if err != nil || !strings.Contains(got, "nothing missing, nothing issued") {
 		t.Errorf("second run: %v\n%s", err, got)
@@ -56,5 +64,69 @@ func TestGenCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "nodes", "w1.ign")); err != nil {
 		t.Errorf("a failed run lost the previous output: %v", err)
+	}
+}
+
+// An -o whose replacement would destroy the operator's files is a usage
+// error naming the path, and every file under the working tree (the PKI
+// and the site file included) is as it was.
+func TestGenRefusesAnOutputItDidNotWrite(t *testing.T) {
+	template := t.TempDir()
+	s, err := site.Load("../../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (pki.Store{Dir: template}).Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		out   string // under the working tree
+		chdir string // under the working tree
+		named string // the path the error names, under the working tree
+		says  string
+	}{
+		{"a regular file", "file.txt", "", "file.txt", "is a file, not a directory"},
+		{"the PKI directory", "secrets/pki", "", "secrets/pki", "is the PKI directory"},
+		{"the PKI's parent", "secrets", "", "secrets/pki", "holds the PKI directory"},
+		{"inside the PKI", "secrets/pki/out", "", "secrets/pki/out", "is inside the PKI directory"},
+		{"inside the PKI through a link", "pki-link/out", "", "secrets/pki", "is inside the PKI directory"},
+		{"the current directory", ".", "work", "work", "is the current directory"},
+		{"the parent of the current directory", "..", "work/deeper", "work/deeper", "holds the current directory"},
+		{"the directory holding the site file", "site", "", "site/site.yaml", "holds the site file"},
+		{"the site file", "site/site.yaml", "", "site/site.yaml", "is the site file"},
+		{"a directory with other files", "notes", "", "notes", "holds todo.txt, which kiln gen did not write"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.CopyFS(filepath.Join(root, "secrets", "pki"), os.DirFS(template)); err != nil {
+				t.Fatal(err)
+			}
+			siteData, _ := os.ReadFile("../../examples/site.yaml")
+			for p, data := range map[string][]byte{"site/site.yaml": siteData, "file.txt": []byte("mine"),
+				"notes/todo.txt": []byte("todo"), "work/draft.txt": []byte("draft"), "work/deeper/draft.txt": []byte("draft")} {
+				os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+				os.WriteFile(filepath.Join(root, p), data, 0o644)
+			}
+			os.Symlink("secrets/pki", filepath.Join(root, "pki-link"))
+			out := filepath.Join(root, tc.out)
+			if tc.chdir != "" {
+				t.Chdir(filepath.Join(root, tc.chdir))
+				out = tc.out
+			}
+			before := treetest.Snapshot(t, root)
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"gen", "-f", filepath.Join(root, "site/site.yaml"), "--pki", filepath.Join(root, "secrets/pki"), "-o", out}, &stdout, &stderr)
+			if code != exitUsage {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+			}
+			if named := filepath.Join(root, tc.named); !strings.Contains(stderr.String(), named) || !strings.Contains(stderr.String(), tc.says) {
+				t.Errorf("stderr %q does not name %s or say %q", stderr.String(), named, tc.says)
+			}
+			treetest.Unchanged(t, root, before)
+		})
 	}
 }

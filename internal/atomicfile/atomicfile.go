@@ -88,7 +88,8 @@ func SyncDir(dir string) error {
 // ReplaceDir puts the directory src in dst's place with renames: dst is
 // moved to a side name, src renamed to dst, the side copy removed. dst
 // holds the old tree or the new one, never a mix of both; if the second
-// rename fails the old tree is put back.
+// rename fails the old tree is put back. The old tree is deleted: callers
+// decide first that it is theirs to delete (see internal/outdir).
 func ReplaceDir(src, dst string) error {
 	old := dst + ".kiln-old"
 	if err := os.RemoveAll(old); err != nil {
