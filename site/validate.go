@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/validation"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 )
@@ -141,18 +142,7 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		if len(n.MACs) == 0 {
 			l.Addf(p.Field("macs").String(), "at least one MAC address is required: the network config matches the node's NIC by it")
 		}
-		for j, m := range n.MACs {
-			mp := p.Field("macs").Index(j)
-			hw, err := net.ParseMAC(m)
-			if err != nil || len(hw) != 6 {
-				l.Addf(mp.String(), "not an Ethernet MAC address: %q", m)
-				continue
-			}
-			if prev, dup := macs[hw.String()]; dup {
-				l.Addf(mp.String(), "duplicate MAC address %s (also %s)", hw, prev)
-			}
-			macs[hw.String()] = mp.String()
-		}
+		validateMACs(l, p.Field("macs"), n.MACs, macs)
 		if pre, ok := validateNetwork(l, p.Field("network"), n); ok {
 			if prev, dup := ips[pre.Addr()]; dup {
 				l.Addf(p.Field("network").Field("address").String(), "duplicate IP address %s (also %s)", pre.Addr(), prev)
@@ -189,6 +179,26 @@ func (s *Site) validateNodes(l *validation.List) []network {
 	return nets
 }
 
+// validateMACs checks a node's MAC addresses; seen maps those of the
+// nodes before it to their paths.
+func validateMACs(l *validation.List, p validation.Path, macs []string, seen map[string]string) {
+	for j, m := range macs {
+		mp := p.Index(j)
+		hw, err := net.ParseMAC(m)
+		switch {
+		case err != nil || len(hw) != 6:
+			l.Addf(mp.String(), "not an Ethernet MAC address: %q", m)
+			continue
+		case hw[0]&1 == 1:
+			l.Addf(mp.String(), "%s is a multicast address (the first octet is odd); a NIC's own address is unicast", hw)
+		}
+		if prev, dup := seen[hw.String()]; dup {
+			l.Addf(mp.String(), "duplicate MAC address %s (also %s)", hw, prev)
+		}
+		seen[hw.String()] = mp.String()
+	}
+}
+
 // validateNetwork checks a node's network and returns its static address.
 func validateNetwork(l *validation.List, p validation.Path, n Node) (netip.Prefix, bool) {
 	nw := n.Network
@@ -210,25 +220,62 @@ func validateNetwork(l *validation.List, p validation.Path, n Node) (netip.Prefi
 		l.Addf(p.Field("address").String(), "not an address with a prefix length (e.g. 192.168.10.11/24): %q", nw.Address)
 		return netip.Prefix{}, false
 	}
-	if bits := pre.Addr().BitLen(); pre.Bits() < bits-1 {
-		if pre.Addr() == pre.Masked().Addr() {
-			l.Addf(p.Field("address").String(), "%s is the network address of its subnet, not a host address", pre.Addr())
-		} else if pre.Addr().Is4() && pre.Addr() == lastAddr(pre) {
-			l.Addf(p.Field("address").String(), "%s is the broadcast address of its subnet, not a host address", pre.Addr())
-		}
+	if why := unusableAddress(pre.Addr()); why != "" {
+		l.Addf(p.Field("address").String(), "%s is %s, not a node's address", pre.Addr(), why)
+	} else if what := subnetAddress(pre, pre.Addr()); what != "" {
+		l.Addf(p.Field("address").String(), "%s is the %s of its subnet, not a host address", pre.Addr(), what)
 	}
 	if nw.Gateway != "" {
-		gw, err := netip.ParseAddr(nw.Gateway)
-		switch {
-		case err != nil:
-			l.Addf(p.Field("gateway").String(), "not an IP address: %q", nw.Gateway)
-		case !pre.Contains(gw):
-			l.Addf(p.Field("gateway").String(), "%s is outside the node's subnet %s", gw, pre.Masked())
-		case gw == pre.Addr():
-			l.Addf(p.Field("gateway").String(), "%s is the node's own address", gw)
-		}
+		validateGateway(l, p.Field("gateway"), pre, nw.Gateway)
 	}
 	return pre, true
+}
+
+func validateGateway(l *validation.List, p validation.Path, pre netip.Prefix, v string) {
+	gw, err := netip.ParseAddr(v)
+	switch {
+	case err != nil:
+		l.Addf(p.String(), "not an IP address: %q", v)
+	case !pre.Contains(gw):
+		l.Addf(p.String(), "%s is outside the node's subnet %s", gw, pre.Masked())
+	case gw == pre.Addr():
+		l.Addf(p.String(), "%s is the node's own address", gw)
+	case subnetAddress(pre, gw) != "":
+		l.Addf(p.String(), "%s is the %s of the node's subnet %s, not a router's", gw, subnetAddress(pre, gw), pre.Masked())
+	}
+}
+
+var nodeLocalDNS = netip.MustParseAddr(discovery.NodeLocalAddress)
+
+// unusableAddress says why no node can have a, or returns "".
+func unusableAddress(a netip.Addr) string {
+	switch {
+	case a == nodeLocalDNS:
+		return "the node-local DNS address, which every node's CoreDNS has"
+	case a.IsUnspecified():
+		return "the unspecified address"
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsMulticast():
+		return "a multicast address"
+	case a.IsLinkLocalUnicast():
+		return "a link-local address"
+	}
+	return ""
+}
+
+// subnetAddress names what a is in p when it is no host's address: the
+// network address, or for IPv4 the broadcast address; else "".
+func subnetAddress(p netip.Prefix, a netip.Addr) string {
+	switch {
+	case p.Bits() >= a.BitLen()-1:
+		return ""
+	case a == p.Masked().Addr():
+		return "network address"
+	case a.Is4() && a == lastAddr(p):
+		return "broadcast address"
+	}
+	return ""
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
