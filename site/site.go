@@ -209,6 +209,12 @@ func (c Cluster) ServiceIP(n int) netip.Addr {
 	if err != nil {
 		return netip.Addr{}
 	}
+	return nthAddr(p, n)
+}
+
+// nthAddr is the n-th address after p's network address; invalid past the
+// end of the address space.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
 	a := p.Masked().Addr()
 	for range n {
 		a = a.Next()

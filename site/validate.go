@@ -3,6 +3,7 @@ package site
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"net"
 	"net/netip"
 	"regexp"
@@ -39,6 +40,7 @@ func (s *Site) validate(l *validation.List) {
 	nets := s.validateCluster(l)
 	nets = append(nets, s.validateNodes(l)...)
 	checkOverlaps(nets, l)
+	checkFamilies(nets, l)
 }
 
 func (s *Site) validateCluster(l *validation.List) []network {
@@ -58,13 +60,13 @@ func (s *Site) validateCluster(l *validation.List) []network {
 		l.Addf(p.Field("apiServerPort").String(), "must be a port number (1-65535), got %d", c.APIServerPort)
 	}
 	var nets []network
-	for _, f := range []struct{ name, value, what string }{
-		{"podCIDR", c.PodCIDR, "the pod network"},
-		{"serviceCIDR", c.ServiceCIDR, "the service network"},
-	} {
-		if pre, ok := cidr(l, p.Field(f.name), f.value); ok {
-			nets = append(nets, network{p.Field(f.name).String(), f.what, pre})
-		}
+	if pre, ok := cidr(l, p.Field("podCIDR"), c.PodCIDR); ok {
+		checkPodCIDR(l, p.Field("podCIDR"), pre, len(s.Nodes))
+		nets = append(nets, network{p.Field("podCIDR").String(), "the pod network", pre})
+	}
+	if pre, ok := cidr(l, p.Field("serviceCIDR"), c.ServiceCIDR); ok {
+		checkServiceCIDR(l, p.Field("serviceCIDR"), pre)
+		nets = append(nets, network{p.Field("serviceCIDR").String(), "the service network", pre})
 	}
 	for i, a := range c.UpstreamDNS {
 		if _, err := netip.ParseAddr(a); err != nil {
@@ -86,6 +88,39 @@ func (s *Site) validateCluster(l *validation.List) []network {
 		l.Addf(p.Field("timing").String(), "unknown timing profile %q: must be %s (see docs/timing.md)", c.Timing, strings.Join(Timings, " or "))
 	}
 	return nets
+}
+
+// checkServiceCIDR requires room for the two service addresses kiln
+// hands out itself: the apiserver's (ServiceIP(1)) and cluster DNS's
+// (ServiceIP(10)).
+func checkServiceCIDR(l *validation.List, p validation.Path, pre netip.Prefix) {
+	apiserver, dns := nthAddr(pre, 1), nthAddr(pre, 10)
+	if !pre.Contains(dns) {
+		l.Addf(p.String(), "%s is too small: it must hold the apiserver's service address (its first, %s) and cluster DNS (its tenth, %s); a /%d at the least",
+			pre, apiserver, dns, pre.Addr().BitLen()-4)
+	}
+}
+
+// nodePodBits is the prefix length of the block of pod addresses the
+// controller-manager gives each node: its default for the family, as kiln
+// does not set --node-cidr-mask-size.
+func nodePodBits(a netip.Addr) int {
+	if a.Is4() {
+		return 24
+	}
+	return 64
+}
+
+// checkPodCIDR requires a node's block of pod addresses for every node.
+func checkPodCIDR(l *validation.List, p validation.Path, pre netip.Prefix, nodes int) {
+	block := nodePodBits(pre.Addr())
+	need := bits.Len(uint(max(nodes, 1) - 1)) // bits to number the blocks
+	switch {
+	case pre.Bits() > block:
+		l.Addf(p.String(), "%s is smaller than the /%d block of pod addresses the controller-manager gives each node", pre, block)
+	case block-pre.Bits() < need:
+		l.Addf(p.String(), "%s holds %d blocks of /%d, one per node, for %d nodes", pre, 1<<(block-pre.Bits()), block, nodes)
+	}
 }
 
 // The discovery name is answered by the node-local CoreDNS from its own
@@ -251,7 +286,7 @@ var nodeLocalDNS = netip.MustParseAddr(discovery.NodeLocalAddress)
 func unusableAddress(a netip.Addr) string {
 	switch {
 	case a == nodeLocalDNS:
-		return "the node-local DNS address, which every node's CoreDNS has"
+		return "the node-local DNS address (every node's CoreDNS listens on it)"
 	case a.IsUnspecified():
 		return "the unspecified address"
 	case a.IsLoopback():
@@ -306,6 +341,33 @@ func checkOverlaps(nets []network, l *validation.List) {
 			l.Addf(a.path, "%s (%s) overlaps %s (%s, %s)", a.what, a.prefix, b.what, b.prefix, b.path)
 		}
 	}
+}
+
+// checkFamilies reports networks of another address family than the
+// service network (or, when it is invalid, the first network): kiln sets
+// up no dual-stack cluster.
+func checkFamilies(nets []network, l *validation.List) {
+	if len(nets) == 0 {
+		return
+	}
+	service := validation.Path("cluster").Field("serviceCIDR").String()
+	ref := nets[0]
+	if i := slices.IndexFunc(nets, func(n network) bool { return n.path == service }); i >= 0 {
+		ref = nets[i]
+	}
+	for _, n := range nets {
+		if n.prefix.Addr().Is4() != ref.prefix.Addr().Is4() {
+			l.Addf(n.path, "%s (%s) is %s but %s (%s, %s) is %s: kiln does not support dual-stack",
+				n.what, n.prefix, family(n.prefix), ref.what, ref.prefix, ref.path, family(ref.prefix))
+		}
+	}
+}
+
+func family(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 func cidr(l *validation.List, p validation.Path, v string) (netip.Prefix, bool) {
