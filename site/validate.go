@@ -23,6 +23,23 @@ var kubeVersion = regexp.MustCompile(`^(v1\.\d+)\.\d+$`)
 
 var taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 
+// nodePorts are the fixed TCP ports kiln's components listen on, on
+// every node or every master (some on loopback only, which the
+// apiserver, listening on every address, collides with all the same).
+var nodePorts = map[int]string{
+	22:    "sshd",
+	53:    "the node-local CoreDNS",
+	2379:  "etcd (clients)",
+	2380:  "etcd (peers)",
+	2381:  "etcd (metrics and health)",
+	10248: "the kubelet (health)",
+	10249: "kube-proxy (metrics)",
+	10250: "the kubelet",
+	10256: "kube-proxy (health)",
+	10257: "kube-controller-manager",
+	10259: "kube-scheduler",
+}
+
 // network is a named address range the site uses, for overlap checks.
 type network struct {
 	path   string
@@ -58,6 +75,8 @@ func (s *Site) validateCluster(l *validation.List) []network {
 	s.validateDiscoveryName(l, p.Field("discoveryName"))
 	if c.APIServerPort < 1 || c.APIServerPort > 65535 {
 		l.Addf(p.Field("apiServerPort").String(), "must be a port number (1-65535), got %d", c.APIServerPort)
+	} else if who, taken := nodePorts[c.APIServerPort]; taken {
+		l.Addf(p.Field("apiServerPort").String(), "port %d is taken on the nodes by %s", c.APIServerPort, who)
 	}
 	var nets []network
 	if pre, ok := cidr(l, p.Field("podCIDR"), c.PodCIDR); ok {
@@ -69,8 +88,12 @@ func (s *Site) validateCluster(l *validation.List) []network {
 		nets = append(nets, network{p.Field("serviceCIDR").String(), "the service network", pre})
 	}
 	for i, a := range c.UpstreamDNS {
-		if _, err := netip.ParseAddr(a); err != nil {
+		ip, err := netip.ParseAddr(a)
+		switch {
+		case err != nil:
 			l.Addf(p.Field("upstreamDNS").Index(i).String(), "not an IP address: %q", a)
+		case ip == nodeLocalDNS:
+			l.Addf(p.Field("upstreamDNS").Index(i).String(), "%s is the node-local CoreDNS, which forwards to upstreamDNS: a loop", ip)
 		}
 	}
 	for i, n := range c.NTPServers {
