@@ -145,3 +145,26 @@ func TestParseDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestSSHKeys(t *testing.T) {
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFm2Vh0bT0kLnaaQ4s6Ukq2nNQ4Xg7Jt0pH8YFZ9qY0c"
+	for _, tc := range []struct {
+		key, want string // want: part of the error, "" for none
+	}{
+		{key + " operator@lab", ""},
+		{key, ""},
+		{key + " two words", ""},
+		{key + "\n", "holds a line break"},
+		{key + "\r\n" + key, "holds a line break"},
+		{`command="/bin/sh" ` + key, "options (command=\"/bin/sh\") are not accepted"},
+		{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKiln ops@test", "not an SSH public key"},
+		{"ssh-ed25519 not*base64", "not an SSH public key"},
+		{"ssh-rsa " + strings.Fields(key)[1], "not an SSH public key"},
+		{"", "not an SSH public key"},
+	} {
+		err := checkSSHKey(tc.key)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q: %v, want %q", tc.key, err, tc.want)
+		}
+	}
+}

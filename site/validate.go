@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/validation"
+	"golang.org/x/crypto/ssh"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -433,10 +434,20 @@ func validateLabels(l *validation.List, p validation.Path, labels map[string]str
 
 var sshKeyTypes = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
 
+// checkSSHKey accepts one public key on one line, without options: the
+// entry becomes a line of root's authorized_keys as it is.
 func checkSSHKey(k string) error {
-	f := strings.Fields(k)
-	if len(f) < 2 || !contains(sshKeyTypes, f[0]) {
+	if strings.ContainsAny(k, "\r\n") {
+		return fmt.Errorf("holds a line break: give one key per entry, on one line (a further line would be an authorized_keys entry of its own)")
+	}
+	pub, _, options, _, err := ssh.ParseAuthorizedKey([]byte(k))
+	switch {
+	case err != nil:
 		return fmt.Errorf("not an SSH public key in authorized_keys form (type base64 [comment]): %.40q", k)
+	case len(options) > 0:
+		return fmt.Errorf("authorized_keys options (%s) are not accepted: give the key alone", strings.Join(options, ","))
+	case !contains(sshKeyTypes, pub.Type()):
+		return fmt.Errorf("key type %s is not accepted: must be one of %s", pub.Type(), strings.Join(sshKeyTypes, ", "))
 	}
 	return nil
 }
