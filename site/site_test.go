@@ -168,3 +168,30 @@ func TestSSHKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestInstallDiskPaths(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/dev/vda", true},
+		{"/dev/nvme0n1", true},
+		{"/dev/disk/by-id/ata-Samsung_SSD_860_EVO_500GB_S3Z1NB0K123456X", true},
+		{"/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0", true},
+		{"/dev/disk/by-id/wwn-0x5002538e40a1b2c3+part", true},
+		{"/dev/sda; reboot", false},
+		{"/dev/../etc/passwd", false},
+		{"/dev/disk//by-id/x", false},
+		{"/dev/sda/", false},
+		{"/dev/", false},
+		{"/dev", false},
+		{"/etc/passwd", false},
+		{"dev/sda", false},
+		{"/dev/sda\n", false},
+		{"/dev/$(reboot)", false},
+	} {
+		if got := isDevicePath(tc.path); got != tc.ok {
+			t.Errorf("isDevicePath(%q) = %v, want %v", tc.path, got, tc.ok)
+		}
+	}
+}

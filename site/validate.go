@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net"
 	"net/netip"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -209,8 +210,8 @@ func (s *Site) validateNodes(l *validation.List) []network {
 			ips[pre.Addr()] = p.Field("network").Field("address").String()
 			nets = append(nets, network{p.Field("network").Field("address").String(), "the network of node " + n.Name, pre.Masked()})
 		}
-		if n.InstallDisk != "" && !strings.HasPrefix(n.InstallDisk, "/dev/") {
-			l.Addf(p.Field("installDisk").String(), "must be a device path under /dev/, got %q", n.InstallDisk)
+		if n.InstallDisk != "" && !isDevicePath(n.InstallDisk) {
+			l.Addf(p.Field("installDisk").String(), "must be a plain device path under /dev/ (letters, digits and ._/:+-, no .. or //), such as /dev/sda or /dev/disk/by-id/..., got %q", n.InstallDisk)
 		}
 		validateLabels(l, p.Field("labels"), n.Labels)
 		for j, t := range n.Taints {
@@ -236,6 +237,14 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		}
 	}
 	return nets
+}
+
+var devicePath = regexp.MustCompile(`^/dev/[A-Za-z0-9._/:+-]+$`)
+
+// isDevicePath accepts the paths a disk has under /dev/ and nothing a
+// shell or a path lookup would read more into.
+func isDevicePath(v string) bool {
+	return devicePath.MatchString(v) && path.Clean(v) == v && !strings.Contains(v, "..")
 }
 
 // validateMACs checks a node's MAC addresses; seen maps those of the
