@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 kind: Site
 cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
 nodes:
-  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.0.2/24}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestTimingProfiles(t *testing.T) {
 kind: Site
 cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12, `+tc.set+`}
 nodes:
-  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.0.2/24}}
 `))
 		if err != nil {
 			t.Errorf("%q: %v", tc.set, err)

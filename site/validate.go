@@ -210,9 +210,7 @@ func (s *Site) validateNodes(l *validation.List) []network {
 			ips[pre.Addr()] = p.Field("network").Field("address").String()
 			nets = append(nets, network{p.Field("network").Field("address").String(), "the network of node " + n.Name, pre.Masked()})
 		}
-		if n.InstallDisk != "" && !isDevicePath(n.InstallDisk) {
-			l.Addf(p.Field("installDisk").String(), "must be a plain device path under /dev/ (letters, digits and ._/:+-, no .. or //), such as /dev/sda or /dev/disk/by-id/..., got %q", n.InstallDisk)
-		}
+		validateInstallDisk(l, p.Field("installDisk"), n)
 		validateLabels(l, p.Field("labels"), n.Labels)
 		for j, t := range n.Taints {
 			tp := p.Field("taints").Index(j)
@@ -237,6 +235,20 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		}
 	}
 	return nets
+}
+
+// validateInstallDisk requires a disk of every control-plane node: booted
+// without one, its state would live in RAM, and a genesis node would
+// bootstrap a fresh cluster on every boot.
+func validateInstallDisk(l *validation.List, p validation.Path, n Node) {
+	switch {
+	case n.InstallDisk == "" && n.Role == RoleGenesis:
+		l.Addf(p.String(), "required for the genesis node (name the boot disk if it boots from one): booted diskless, its state would live in RAM and every boot would bootstrap a fresh cluster")
+	case n.InstallDisk == "" && n.Role == RoleMaster:
+		l.Addf(p.String(), "required for a master (name the boot disk if it boots from one): booted diskless, its etcd member would live in RAM and be lost on every reboot")
+	case n.InstallDisk != "" && !isDevicePath(n.InstallDisk):
+		l.Addf(p.String(), "must be a plain device path under /dev/ (letters, digits and ._/:+-, no .. or //), such as /dev/sda or /dev/disk/by-id/..., got %q", n.InstallDisk)
+	}
 }
 
 var devicePath = regexp.MustCompile(`^/dev/[A-Za-z0-9._/:+-]+$`)
