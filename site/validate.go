@@ -212,6 +212,9 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		}
 		validateInstallDisk(l, p.Field("installDisk"), n)
 		validateLabels(l, p.Field("labels"), n.Labels)
+		if n.Role == RoleWorker {
+			refuseControlPlaneLabels(l, p.Field("labels"), n.Labels)
+		}
 		for j, t := range n.Taints {
 			tp := p.Field("taints").Index(j)
 			for _, e := range k8svalidation.IsQualifiedName(t.Key) {
@@ -449,6 +452,19 @@ func validateLabels(l *validation.List, p validation.Path, labels map[string]str
 		}
 		for _, e := range k8svalidation.IsValidLabelValue(labels[k]) {
 			l.Addf(p.Field(k).String(), "label value %q: %s", labels[k], e)
+		}
+	}
+}
+
+// controlPlaneLabels mark a Node as a master, which draws the control
+// plane's DaemonSets to it; a master's own join sets them, and
+// nodelabels never applies them for a worker.
+var controlPlaneLabels = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+
+func refuseControlPlaneLabels(l *validation.List, p validation.Path, labels map[string]string) {
+	for _, k := range controlPlaneLabels {
+		if _, set := labels[k]; set {
+			l.Addf(p.Field(k).String(), "marks the control plane, which a worker is not part of: only a master's own join sets it")
 		}
 	}
 }
