@@ -138,6 +138,11 @@ func TestParseDuration(t *testing.T) {
 		{"90m", 90 * time.Minute, true},
 		{"3x", 0, false},
 		{"d", 0, false},
+		{"106751d", 106751 * 24 * time.Hour, true},
+		{"106752d", 0, false},
+		{"99999999d", 0, false},
+		{"-99999999d", 0, false},
+		{"2562048h", 0, false},
 	} {
 		got, err := ParseDuration(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {

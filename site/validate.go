@@ -1,6 +1,7 @@
 package site
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/validation"
@@ -163,17 +165,25 @@ func (s *Site) validateDiscoveryName(l *validation.List, p validation.Path) {
 }
 
 func (s *Site) validateLifetimes(l *validation.List, p validation.Path) {
-	ca, errCA := ParseDuration(s.Cluster.Certificates.CAValidity)
-	if errCA != nil || ca <= 0 {
-		l.Addf(p.Field("caValidity").String(), "must be a positive duration such as 87600h or 3650d, got %q", s.Cluster.Certificates.CAValidity)
+	c := s.Cluster.Certificates
+	ca, okCA := lifetime(l, p.Field("caValidity"), c.CAValidity, "87600h or 3650d")
+	leaf, okLeaf := lifetime(l, p.Field("leafValidity"), c.LeafValidity, "8760h or 365d")
+	if okCA && okLeaf && leaf > ca {
+		l.Addf(p.Field("leafValidity").String(), "%s outlives the CAs (%s)", c.LeafValidity, c.CAValidity)
 	}
-	leaf, errLeaf := ParseDuration(s.Cluster.Certificates.LeafValidity)
-	if errLeaf != nil || leaf <= 0 {
-		l.Addf(p.Field("leafValidity").String(), "must be a positive duration such as 8760h or 365d, got %q", s.Cluster.Certificates.LeafValidity)
+}
+
+func lifetime(l *validation.List, p validation.Path, v, examples string) (time.Duration, bool) {
+	d, err := ParseDuration(v)
+	switch {
+	case errors.Is(err, errTooLong):
+		l.Addf(p.String(), "%v", err)
+	case err != nil || d <= 0:
+		l.Addf(p.String(), "must be a positive duration such as %s, got %q", examples, v)
+	default:
+		return d, true
 	}
-	if errCA == nil && errLeaf == nil && leaf > ca {
-		l.Addf(p.Field("leafValidity").String(), "%s outlives the CAs (%s)", s.Cluster.Certificates.LeafValidity, s.Cluster.Certificates.CAValidity)
-	}
+	return 0, false
 }
 
 func (s *Site) validateNodes(l *validation.List) []network {
