@@ -6,6 +6,7 @@ package site
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"time"
@@ -209,6 +210,12 @@ func (c Cluster) ServiceIP(n int) netip.Addr {
 	if err != nil {
 		return netip.Addr{}
 	}
+	return nthAddr(p, n)
+}
+
+// nthAddr is the n-th address after p's network address; invalid past the
+// end of the address space.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
 	a := p.Masked().Addr()
 	for range n {
 		a = a.Next()
@@ -216,10 +223,20 @@ func (c Cluster) ServiceIP(n int) netip.Addr {
 	return a
 }
 
+// maxDays is the longest duration in days that time.Duration holds.
+const maxDays = int64(math.MaxInt64 / (24 * time.Hour))
+
+// errTooLong is ParseDuration's error for days past what a duration
+// holds, which multiplying out would wrap around.
+var errTooLong = fmt.Errorf("longer than a duration can be: at most %dd (about 292 years)", maxDays)
+
 // ParseDuration accepts Go durations and whole days ("30d").
 func ParseDuration(s string) (time.Duration, error) {
-	var days int
+	var days int64
 	if n, err := fmt.Sscanf(s, "%dd", &days); err == nil && n == 1 && fmt.Sprintf("%dd", days) == s {
+		if days > maxDays || days < -maxDays {
+			return 0, fmt.Errorf("%s is %w", s, errTooLong)
+		}
 		return time.Duration(days) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)

@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 kind: Site
 cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
 nodes:
-  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.0.2/24}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestTimingProfiles(t *testing.T) {
 kind: Site
 cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12, `+tc.set+`}
 nodes:
-  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.0.2/24}}
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.0.2/24}}
 `))
 		if err != nil {
 			t.Errorf("%q: %v", tc.set, err)
@@ -138,10 +138,65 @@ func TestParseDuration(t *testing.T) {
 		{"90m", 90 * time.Minute, true},
 		{"3x", 0, false},
 		{"d", 0, false},
+		{"106751d", 106751 * 24 * time.Hour, true},
+		{"106752d", 0, false},
+		{"99999999d", 0, false},
+		{"-99999999d", 0, false},
+		{"2562048h", 0, false},
 	} {
 		got, err := ParseDuration(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParseDuration(%q) = %s, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestSSHKeys(t *testing.T) {
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFm2Vh0bT0kLnaaQ4s6Ukq2nNQ4Xg7Jt0pH8YFZ9qY0c"
+	for _, tc := range []struct {
+		key, want string // want: part of the error, "" for none
+	}{
+		{key + " operator@lab", ""},
+		{key, ""},
+		{key + " two words", ""},
+		{key + "\n", "holds a line break"},
+		{key + "\r\n" + key, "holds a line break"},
+		{`command="/bin/sh" ` + key, "options (command=\"/bin/sh\") are not accepted"},
+		{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKiln ops@test", "not an SSH public key"},
+		{"ssh-ed25519 not*base64", "not an SSH public key"},
+		{"ssh-rsa " + strings.Fields(key)[1], "not an SSH public key"},
+		{"", "not an SSH public key"},
+	} {
+		err := checkSSHKey(tc.key)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q: %v, want %q", tc.key, err, tc.want)
+		}
+	}
+}
+
+func TestInstallDiskPaths(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/dev/vda", true},
+		{"/dev/nvme0n1", true},
+		{"/dev/disk/by-id/ata-Samsung_SSD_860_EVO_500GB_S3Z1NB0K123456X", true},
+		{"/dev/disk/by-path/pci-0000:00:1f.2-ata-1.0", true},
+		{"/dev/disk/by-id/wwn-0x5002538e40a1b2c3+part", true},
+		{"/dev/sda; reboot", false},
+		{"/dev/../etc/passwd", false},
+		{"/dev/disk//by-id/x", false},
+		{"/dev/sda/", false},
+		{"/dev/", false},
+		{"/dev", false},
+		{"/etc/passwd", false},
+		{"dev/sda", false},
+		{"/dev/sda\n", false},
+		{"/dev/$(reboot)", false},
+	} {
+		if got := isDevicePath(tc.path); got != tc.ok {
+			t.Errorf("isDevicePath(%q) = %v, want %v", tc.path, got, tc.ok)
 		}
 	}
 }

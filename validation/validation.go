@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -73,20 +74,60 @@ func (p Path) String() string { return string(p) }
 
 // DecodeStrict decodes YAML data into out (a pointer to a struct with json
 // tags). Every key that out's type does not know is recorded in l with its
-// path, so a typo is never silently ignored. A syntax error is recorded too.
-// It returns false when data could not be decoded at all.
+// path, so a typo is never silently ignored; so is every key given twice in
+// one mapping, of which decoding would silently keep the last. A syntax
+// error is recorded too. It returns false when data could not be decoded
+// at all.
 func DecodeStrict(data []byte, out any, l *List) bool {
 	var generic any
 	if err := yaml.Unmarshal(data, &generic); err != nil {
 		l.Addf("", "not valid YAML: %v", err)
 		return false
 	}
+	duplicateKeys(data, l)
 	unknownFields(generic, reflect.TypeOf(out), "", l)
 	if err := yaml.Unmarshal(data, out); err != nil {
 		l.Addf("", "%v", err)
 		return false
 	}
 	return true
+}
+
+// duplicateKeys records each key that repeats an earlier key of the same
+// mapping, with the lines of both.
+func duplicateKeys(data []byte, l *List) {
+	var doc yamlv3.Node
+	if yamlv3.Unmarshal(data, &doc) != nil {
+		return
+	}
+	walkDuplicateKeys(&doc, "", l)
+}
+
+func walkDuplicateKeys(n *yamlv3.Node, path Path, l *List) {
+	switch n.Kind {
+	case yamlv3.DocumentNode:
+		for _, c := range n.Content {
+			walkDuplicateKeys(c, path, l)
+		}
+	case yamlv3.SequenceNode:
+		for i, c := range n.Content {
+			walkDuplicateKeys(c, path.Index(i), l)
+		}
+	case yamlv3.MappingNode:
+		first := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yamlv3.ScalarNode || k.Tag == "!!merge" {
+				continue
+			}
+			if line, dup := first[k.Value]; dup {
+				l.Addf(path.Field(k.Value).String(), "duplicate key %q on lines %d and %d: only the last would count", k.Value, line, k.Line)
+			} else {
+				first[k.Value] = k.Line
+			}
+			walkDuplicateKeys(v, path.Field(k.Value), l)
+		}
+	}
 }
 
 // unknownFields walks a decoded YAML value beside the Go type it should

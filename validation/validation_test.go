@@ -67,3 +67,40 @@ func TestErrorNamesFileFieldAndReason(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+func TestDecodeStrictReportsDuplicateKeysWithBothLines(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // field path: reason
+	}{
+		{"none", "name: a\nnodes: [{address: x}]\n", nil},
+		{"top level", "name: a\nnodes: []\nname: b\n", []string{`name: duplicate key "name" on lines 1 and 3`}},
+		{"in a list item", "nodes:\n  - address: x\n    address: y\n", []string{`nodes[0].address: duplicate key "address" on lines 2 and 3`}},
+		{"quoted the second time", "name: a\n\"name\": b\n", []string{`name: duplicate key "name" on lines 1 and 2`}},
+		{"in map values, twice", "extra:\n  k: {address: 1}\n  k: {address: 2}\n  k: {address: 3}\n", []string{
+			`extra.k: duplicate key "k" on lines 2 and 3`, `extra.k: duplicate key "k" on lines 2 and 4`}},
+		{"same key in sibling mappings", "nodes: [{address: x}, {address: y}]\n", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &List{File: "f.yaml"}
+			var d doc
+			if !DecodeStrict([]byte(tc.yaml), &d, l) {
+				t.Fatalf("decode failed: %v", l)
+			}
+			var got []string
+			for _, e := range l.Errors {
+				got = append(got, e.Path+": "+e.Reason)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tc.want[i]) {
+					t.Errorf("got %q, want %q...", got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

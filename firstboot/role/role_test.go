@@ -27,8 +27,8 @@ const testSite = `apiVersion: kiln.dev/v1alpha1
 kind: Site
 cluster: {name: t, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
 nodes:
-  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
-  - {name: m2, role: master, macs: ["52:54:00:00:00:02"], network: {address: 10.0.2.51/24, gateway: 10.0.2.2}}
+  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+  - {name: m2, role: master, macs: ["52:54:00:00:00:02"], installDisk: /dev/vda, network: {address: 10.0.2.51/24, gateway: 10.0.2.2}}
   - {name: w1, role: worker, macs: ["52:54:00:00:00:03"], network: {address: 10.0.2.52/24, gateway: 10.0.2.2}}
 `
 
