@@ -68,20 +68,23 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, n := range nodes {
 		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 	}
+	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered after the VMs, so it runs while they still do.
+	t.Cleanup(func() {
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(ctx, kube))
+		}
+	})
 	waitDone(t, nodes[0], "bootstrapped")
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	for _, n := range nodes[1:] {
 		waitDone(t, n, "joined")
 	}
-	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(context.Background(), kube))
-		}
-	})
 	checkWholeCluster(t, seg, kube, cfgs["m1"], image, time.Time{})
 	kubectlGetNodes(t, seg, admin)
 	checkPodNetwork(t, kube, image)
