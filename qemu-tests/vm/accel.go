@@ -15,7 +15,8 @@ import (
 // /dev/kvm is not enough: on some nested hosts KVM fails on the
 // boot loader's code ("KVM internal error ... emulation failure") and the
 // guest hangs. So a firmware-only VM is run briefly under KVM and must
-// get as far as SeaBIOS's boot attempt; and when a VM still hits a KVM
+// get as far as SeaBIOS's boot attempt, with the CPU model the VMs get
+// (on this nested host "-cpu host" aborts QEMU on an MSR write); and when a VM still hits a KVM
 // error, WaitLine reruns that boot under TCG and marks KVM broken. KILN_ACCEL=tcg
 // or KILN_ACCEL=kvm overrides the probe. The answer is computed once.
 func KVMUsable() bool {
@@ -55,7 +56,7 @@ func probeKVM() bool {
 	debug := filepath.Join(dir, "seabios.log")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-machine", "pc", "-accel", "kvm", "-m", "64",
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-machine", "pc", "-accel", "kvm", "-cpu", "host", "-m", "64",
 		"-display", "none", "-monitor", "none", "-serial", "none", "-nodefaults", "-no-reboot",
 		"-chardev", "file,id=dbg,path="+debug, "-device", "isa-debugcon,iobase=0x402,chardev=dbg")
 	if err := cmd.Start(); err != nil {

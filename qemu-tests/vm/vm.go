@@ -182,10 +182,16 @@ func copyFile(src, dst string) error {
 }
 
 // kvmFailed reports whether QEMU stopped the guest on a KVM error, as it
-// does on nested hosts whose KVM cannot emulate some boot loader code.
+// does on nested hosts whose KVM cannot emulate some boot loader code or
+// set some MSR of the host CPU model.
 func (v *VM) kvmFailed() bool {
 	data, _ := os.ReadFile(v.ConsolePath(v.boot) + ".qemu-stderr")
-	return bytes.Contains(data, []byte("KVM internal error"))
+	for _, sign := range []string{"KVM internal error", "failed to set MSR", "kvm_buf_set_msrs"} {
+		if bytes.Contains(data, []byte(sign)) {
+			return true
+		}
+	}
+	return false
 }
 
 // retryUnderTCG runs the current boot again under TCG, and makes every
