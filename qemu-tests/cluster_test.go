@@ -37,8 +37,8 @@ type clusterVM struct {
 }
 
 // TestClusterJoinsAndSurvivesPowerCut boots a site of three machines on
-// one L2 segment (a bridge in a network namespace), all at once: m1
-// (genesis), m2 (master) and w1 (worker). It checks the cluster
+// one L2 segment (a bridge in a network namespace): m1 (genesis) first,
+// then m2 (master) and w1 (worker) once m1's add-ons are applied. It checks the cluster
 // the way an operator would, then cuts the power of every VM at once,
 // boots them all again with no config, and checks it again.
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
@@ -63,9 +63,15 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, m := range cluster.Machines() {
 		nodes = append(nodes, &clusterVM{Machine: m})
 	}
-	// Every machine is powered on at once, as at a site: m2 and w1 boot
-	// and import their images while m1 bootstraps, then wait for it.
-	for _, n := range nodes {
+	// m1 bootstraps with the cores to itself; m2 and w1 power on once its
+	// apiserver took the add-ons and boot while it validates. Powering
+	// all three on at once starved them: on 2 cores under TCG, w1's
+	// CD-ROM timed out and journald was killed by its watchdog.
+	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0].Machine, cfgs["m1"])
+	if _, err := nodes[0].WaitLine(context.Background(), mustRe(`kiln-firstboot: (add-ons applied|error)`), joinBoot); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[1:] {
 		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 	}
 	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
