@@ -38,10 +38,13 @@ type clusterVM struct {
 
 // TestClusterJoinsAndSurvivesPowerCut boots a site of three machines on
 // one L2 segment (a bridge in a network namespace): m1 (genesis) first,
-// then m2 (master) and w1 (worker) once m1's add-ons are applied. It checks the cluster
+// then m2 (master) and w1 (worker) side by side once m1 is done. It checks the cluster
 // the way an operator would, then cuts the power of every VM at once,
 // boots them all again with no config, and checks it again.
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
+	if os.Getenv("KILN_CLUSTER") != "1" {
+		t.Skip("the three-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): ~40 min under TCG on 2 cores, beyond CI's budget")
+	}
 	out := outDir(t)
 	dir := logDir(t, out)
 	image, err := cluster.KilnImage(out)
@@ -63,17 +66,11 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, m := range cluster.Machines() {
 		nodes = append(nodes, &clusterVM{Machine: m})
 	}
-	// m1 bootstraps with the cores to itself; m2 and w1 power on once its
-	// apiserver took the add-ons and boot while it validates. Powering
-	// all three on at once starved them: on 2 cores under TCG, w1's
-	// CD-ROM timed out and journald was killed by its watchdog.
+	// m1 bootstraps with the cores to itself; m2 and w1 power on once it
+	// is done. Starting them earlier (all at once, or at m1's add-ons)
+	// starved the one-vCPU w1 on 2 cores under TCG: its CD-ROM and disk
+	// timed out and journald was killed by its watchdog.
 	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0].Machine, cfgs["m1"])
-	if _, err := nodes[0].WaitLine(context.Background(), mustRe(`kiln-firstboot: (add-ons applied|error)`), joinBoot); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes[1:] {
-		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
-	}
 	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +85,9 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	})
 	waitDone(t, nodes[0], "bootstrapped")
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
+	for _, n := range nodes[1:] {
+		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
+	}
 	for _, n := range nodes[1:] {
 		waitDone(t, n, "joined")
 	}

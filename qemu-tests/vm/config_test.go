@@ -13,8 +13,8 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 		wantNot []string
 	}{
 		{"iso bios", Config{Dir: "/d", Firmware: BIOS, Boot: BootISO, ISO: "/o/node.iso", Ignition: []byte("{}")},
-			[]string{"-machine pc", "-accel tcg", "-cpu max,la57=off", "-serial file:/d/console-1.log", "file=/o/node.iso,media=cdrom", "-boot d", "-fw_cfg name=opt/com.coreos/config,file=/d/config.ign"},
-			[]string{"pflash"}},
+			[]string{"-machine pc", "-accel tcg", "-serial file:/d/console-1.log", "file=/o/node.iso,media=cdrom", "-boot d", "-fw_cfg name=opt/com.coreos/config,file=/d/config.ign"},
+			[]string{"pflash", "-cpu"}},
 		{"raw uefi with kvm", Config{Dir: "/d", Firmware: UEFI, Boot: BootDisk, KVM: true, Disks: []Disk{{"/d/node.raw", "raw"}}},
 			[]string{"-machine q35", "-accel kvm", "-cpu host", "readonly=on,file=" + OVMFCode, "file=/d/OVMF_VARS.fd", "file=/d/node.raw,format=raw,if=virtio", "-boot c"},
 			[]string{"fw_cfg", "cdrom"}},
