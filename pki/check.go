@@ -64,43 +64,31 @@ func (st Store) Check() ([]Info, error) {
 
 // Renew re-issues, under the same CAs, every leaf certificate of the site
 // that expires within the given time: a new key and certificate with the
-// site's current names and lifetime. The old pair is moved to
+// site's current names and lifetime. The old pair is copied to
 // backup/<time>/ first. CAs are not renewed here. It returns the renewed
 // stems.
 func (st Store) Renew(s *site.Site, within time.Duration) ([]string, error) {
 	now := st.now()
-	backup := filepath.Join(st.Dir, "backup", now.UTC().Format("20060102T150405Z"))
 	var renewed []string
+	var backup string
 	for _, l := range Leaves(s) {
-		p, have, err := st.lookup(l.Stem)
-		if err != nil {
-			return renewed, err
+		e, ok, ps := st.read(l.Stem)
+		if len(ps) > 0 {
+			return renewed, ps
 		}
-		if !have {
+		if !ok || e.cert.NotAfter.Sub(now) > within {
 			continue // kiln gen issues what is missing
 		}
-		cert, err := helpers.ParseCertificatePEM(p.Cert)
-		if err != nil {
-			return renewed, err
+		if backup == "" {
+			var err error
+			if backup, err = st.newBackupDir(); err != nil {
+				return renewed, err
+			}
 		}
-		if cert.NotAfter.Sub(now) > within {
-			continue
-		}
-		if err := st.backup(backup, l.Stem, p); err != nil {
-			return renewed, err
-		}
-		if err := st.issue(l, s.Cluster.LeafValidity()); err != nil {
+		if err := st.replace(backup, l, e.Pair, s.Cluster.LeafValidity()); err != nil {
 			return renewed, err
 		}
 		renewed = append(renewed, l.Stem)
 	}
 	return renewed, nil
-}
-
-func (st Store) backup(dir, stem string, p Pair) error {
-	b := Store{Dir: dir}
-	if err := b.write(stem, p); err != nil {
-		return fmt.Errorf("backing up %s before renewal: %w", stem, err)
-	}
-	return nil
 }

@@ -130,3 +130,40 @@ func TestGenRefusesAnOutputItDidNotWrite(t *testing.T) {
 		})
 	}
 }
+
+// A second kiln gen after the site changed re-issues what drifted, says
+// which field and where the old pair went, and keeps the old pair.
+func TestGenReissuesWhatDrifted(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir, out, moved := filepath.Join(dir, "pki"), filepath.Join(dir, "site"), filepath.Join(dir, "moved.yaml")
+	data, err := os.ReadFile("../../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(moved, bytes.Replace(data, []byte("192.168.10.13/24"), []byte("192.168.10.14/24"), 1), 0o644)
+	if _, err := runCmd(t, "gen", "-f", "../../examples/site.yaml", "--pki", pkiDir, "-o", out); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(filepath.Join(pkiDir, "nodes/m3/etcd-peer.crt"))
+
+	got, err := runCmd(t, "gen", "-f", moved, "--pki", pkiDir, "-o", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "reissued nodes/m3/etcd-peer: ") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "has 192.168.10.13, which the site no longer names; lacks 192.168.10.14") {
+		t.Fatalf("no line names the drift of nodes/m3/etcd-peer:\n%s", got)
+	}
+	backups, _ := filepath.Glob(filepath.Join(pkiDir, "backup", "*", "nodes", "m3", "etcd-peer.crt"))
+	if len(backups) != 1 || !strings.Contains(line, filepath.Dir(filepath.Dir(filepath.Dir(backups[0])))) {
+		t.Fatalf("backups %v, line %q", backups, line)
+	}
+	if b, _ := os.ReadFile(backups[0]); !bytes.Equal(b, old) {
+		t.Error("the backup is not the old certificate")
+	}
+}

@@ -92,7 +92,7 @@ not renewed. Then run kiln gen to put the new certificates in the configs.`,
 			if err == nil && len(renewed) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing expires within %s\n", within)
 			}
-			return err
+			return pkiError(err)
 		},
 	}
 	cmd.Flags().StringVarP(&sitePath, "file", "f", "", "the site file (required)")
