@@ -248,9 +248,9 @@ func TestRenewReissuesLeavesCloseToExpiryUnderTheSameCA(t *testing.T) {
 	if b, _ := os.ReadFile(backups[0]); !bytes.Equal(b, oldAdmin.Cert) {
 		t.Error("the backup is not the old certificate")
 	}
-	infos, err := st.Check()
-	if err != nil {
-		t.Fatal(err)
+	infos, problems, err := st.Check(nil, 0)
+	if err != nil || len(problems) != 0 {
+		t.Fatalf("check after renewal: %v, %v", problems, err)
 	}
 	for _, i := range infos {
 		if strings.HasPrefix(i.Stem, "backup") {

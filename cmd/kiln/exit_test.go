@@ -42,6 +42,8 @@ func TestExitCodes(t *testing.T) {
 		{"build over an operator's node.iso", []string{"build", "-o", operators, "--cache", file}, exitUsage, filepath.Join(operators, "node.iso") + ": it is there and kiln did not write it"},
 		{"bad flag value in RunE", []string{"pki", "check", "--pki", dir, "--warn", "soon"}, exitUsage, "--warn"},
 		{"gen with a PKI only the operator can fix", []string{"gen", "-f", "../../examples/site.yaml", "--pki", brokenPKI, "-o", filepath.Join(dir, "out")}, exitUsage, filepath.Join(brokenPKI, "sa.key") + ": not a PEM private key"},
+		{"pki check finds a problem", []string{"pki", "check", "--pki", brokenPKI}, exitFailure, filepath.Join(brokenPKI, "sa.pub") + ": missing"},
+		{"pki check of no PKI", []string{"pki", "check", "--pki", operators}, exitUsage, "no PKI here"},
 		{"runtime failure", []string{"images", "import", "--root", dir}, exitFailure, "image catalog"},
 		{"agent failure already on the console", []string{"firstboot", "role", "--root", dir}, exitFailure, ""},
 	} {

@@ -166,4 +166,62 @@ func TestGenReissuesWhatDrifted(t *testing.T) {
 	if b, _ := os.ReadFile(backups[0]); !bytes.Equal(b, old) {
 		t.Error("the backup is not the old certificate")
 	}
+	if got, err := runCmd(t, "pki", "check", "--pki", pkiDir, "--site", moved); err != nil {
+		t.Errorf("pki check after the re-issue: %v\n%s", err, got)
+	}
+}
+
+// kiln pki check reports every problem at once, a line each naming the
+// file, and exits 1.
+func TestPKICheckReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir := filepath.Join(dir, "pki")
+	if _, err := runCmd(t, "gen", "-f", "../../examples/site.yaml", "--pki", pkiDir, "-o", filepath.Join(dir, "site")); err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(dir, "renamed.yaml")
+	data, _ := os.ReadFile("../../examples/site.yaml")
+	os.WriteFile(renamed, bytes.Replace(data, []byte("kube-apiserver.kiln.internal"), []byte("api.lab.example"), 1), 0o644)
+	in := func(rel string) string { return filepath.Join(pkiDir, filepath.FromSlash(rel)) }
+	os.WriteFile(in("sa.key"), []byte("garbage"), 0o600)
+	os.Remove(in("nodes/w2/kubelet-server.key"))
+	w2key, _ := os.ReadFile(in("nodes/w2/kubelet-client.key"))
+	os.WriteFile(in("nodes/w1/kubelet-client.key"), w2key, 0o600)
+	os.RemoveAll(in("etcd"))
+	os.WriteFile(in("etcd"), []byte("not a directory"), 0o600)
+
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"pki", "check", "--pki", pkiDir, "--site", renamed}, &stdout, &stderr)
+	if code != exitFailure {
+		t.Errorf("exit code %d, want %d", code, exitFailure)
+	}
+	var lines []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(l, "  ") {
+			lines = append(lines, l)
+		}
+	}
+	wants := []string{
+		in("sa.key") + ": not a PEM private key",
+		in("nodes/w2/kubelet-server.key") + ": missing",
+		in("nodes/w1/kubelet-client.key") + ": does not belong to",
+		in("etcd") + ": a file where a directory is expected",
+		in("nodes/m1/apiserver.crt") + ": SANs drifted",
+		in("nodes/m2/apiserver.crt") + ": SANs drifted",
+		in("nodes/m3/apiserver.crt") + ": SANs drifted",
+	}
+	if len(lines) != len(wants) {
+		t.Errorf("%d problem lines, want %d:\n%s", len(lines), len(wants), stderr.String())
+	}
+	for _, w := range wants {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, "  "+w) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d lines start with %q, want 1:\n%s", n, w, stderr.String())
+		}
+	}
 }
