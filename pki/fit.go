@@ -17,7 +17,7 @@ import (
 // lifetime is due for renewal: its last 30 days, or its last third when
 // that is shorter, so that a short-lived certificate is not due at birth.
 func RenewWindow(lifetime time.Duration) time.Duration {
-	return min(30*24*time.Hour, lifetime/3)
+	return min(30*day, lifetime/3)
 }
 
 func lifetime(c *x509.Certificate) time.Duration { return c.NotAfter.Sub(c.NotBefore) }
