@@ -20,14 +20,15 @@ const (
 
 // Result says what a Generate run did.
 type Result struct {
-	Issued []string // PKI stems created in this run
-	Nodes  []string // node config paths written
+	PKI   pki.Changes // what this run issued and re-issued
+	Nodes []string    // node config paths written
 }
 
-// Generate makes sure the PKI holds everything the site needs, renders
-// every node's config, and only when all of them validate puts them at
-// out (nodes/<name>.ign, admin.kubeconfig and the marker listing them) in
-// one rename. A failed run leaves the previous output as it was. out is
+// Generate makes the PKI hold everything the site needs, as the site
+// asks for it now (pki.Store.Ensure: what only the operator can fix is
+// refused before the PKI is written to), renders every node's config, and
+// only when all of them validate puts them at out (nodes/<name>.ign,
+// admin.kubeconfig and the marker listing them) in one rename. A failed run leaves the previous output as it was. out is
 // replaced only when it is missing, empty or kiln gen's own output, and
 // never when that would take the PKI, the site file or the current
 // directory with it: anything else is an *outdir.Refusal, before the PKI
@@ -38,8 +39,8 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	if err := checkOutput(out, s, st); err != nil {
 		return res, err
 	}
-	issued, err := st.Ensure(s)
-	res.Issued = issued
+	changes, err := st.Ensure(s)
+	res.PKI = changes
 	if err != nil {
 		return res, fmt.Errorf("PKI in %s: %w", st.Dir, err)
 	}

@@ -136,8 +136,8 @@ func TestRefusedRunIssuesNothing(t *testing.T) {
 	if !errors.As(err, &r) || !strings.Contains(err.Error(), "is inside the PKI directory") {
 		t.Fatalf("err = %v, want a refusal of an output inside the PKI", err)
 	}
-	if len(res.Issued) != 0 {
-		t.Errorf("a refused run issued %v", res.Issued)
+	if len(res.PKI.Issued)+len(res.PKI.Reissued) != 0 {
+		t.Errorf("a refused run issued %+v", res.PKI)
 	}
 	treetest.Unchanged(t, st.Dir, before)
 }

@@ -1,8 +1,11 @@
 // Package pki owns a cluster's certificates: the declarative list of the
-// CAs and leaf certificates a site needs, issuing what is missing with
-// cfssl (in-process), and listing and renewing what exists. The PKI lives
-// in a directory the operator keeps; nothing in it is ever overwritten
-// except by an explicit renewal, which moves the old pair to a backup.
+// CAs and leaf certificates a site needs, the one measure of whether a
+// certificate on disk is still the one the site asks for (used by kiln gen
+// to reuse it and by kiln pki check to report it), issuing with cfssl
+// (in-process), and checking and renewing what exists. The PKI lives in a
+// directory the operator keeps: kiln writes over a leaf only to re-issue
+// it, after copying the old pair to backup/<time>/, never writes over a CA
+// or the service-account key, and never deletes a file.
 package pki
 
 import (
@@ -46,7 +49,10 @@ type Leaf struct {
 
 // NodeStem is the stem of a node's own certificate named what, e.g.
 // nodes/m1/kubelet-client.
-func NodeStem(node, what string) string { return "nodes/" + node + "/" + what }
+func NodeStem(node, what string) string { return nodesDir + "/" + node + "/" + what }
+
+// nodesDir holds a directory per node.
+const nodesDir = "nodes"
 
 // Leaves lists every leaf certificate the site needs, in a fixed order:
 // the cluster-wide control-plane clients, then each node's own.

@@ -54,10 +54,11 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 func TestEnsureIssuesEveryCertificate(t *testing.T) {
 	s := loadSite(t)
 	st := Store{Dir: t.TempDir()}
-	created, err := st.Ensure(s)
+	ch, err := st.Ensure(s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	created := ch.Issued
 	// 3 CAs, the SA key, 6 cluster leaves, 2 per worker, 5 per master
 	if want := 3 + 1 + 6 + 2*2 + 3*5; len(created) != want {
 		t.Errorf("created %d: %v, want %d", len(created), created, want)
@@ -154,9 +155,9 @@ func TestSecondRunReusesAndAddsOnlyTheNewNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, st.Dir)
-	created, err := st.Ensure(s)
-	if err != nil || len(created) != 0 {
-		t.Fatalf("second run created %v, %v; want nothing", created, err)
+	ch, err := st.Ensure(s)
+	if err != nil || len(ch.Issued)+len(ch.Reissued)+len(ch.Notes) != 0 {
+		t.Fatalf("second run did %+v, %v; want nothing", ch, err)
 	}
 	if after := snapshot(t, st.Dir); !sameFiles(before, after) {
 		t.Fatal("second run changed the PKI")
@@ -164,12 +165,12 @@ func TestSecondRunReusesAndAddsOnlyTheNewNode(t *testing.T) {
 
 	s.Nodes = append(s.Nodes, site.Node{Name: "w3", Role: site.RoleWorker, MACs: []string{"52:54:00:10:00:23"},
 		Network: site.Network{Address: "192.168.10.23/24", Gateway: "192.168.10.1"}})
-	created, err = st.Ensure(s)
+	ch, err = st.Ensure(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"nodes/w3/kubelet-client", "nodes/w3/kubelet-server"}; !slices.Equal(created, want) {
-		t.Errorf("adding a worker created %v, want %v", created, want)
+	if want := []string{"nodes/w3/kubelet-client", "nodes/w3/kubelet-server"}; !slices.Equal(ch.Issued, want) || len(ch.Reissued) != 0 {
+		t.Errorf("adding a worker issued %v and re-issued %v, want %v and nothing", ch.Issued, ch.Reissued, want)
 	}
 	after := snapshot(t, st.Dir)
 	for p, data := range before {
@@ -188,7 +189,7 @@ func TestHalfAPairIsAnErrorNotReplaced(t *testing.T) {
 	os.Remove(filepath.Join(st.Dir, "nodes/w1/kubelet-client.key"))
 	crt, _ := os.ReadFile(filepath.Join(st.Dir, "nodes/w1/kubelet-client.crt"))
 	_, err := st.Ensure(s)
-	if err == nil || !strings.Contains(err.Error(), "kubelet-client.key does not") {
+	if err == nil || !strings.Contains(err.Error(), "nodes/w1/kubelet-client.key: missing") {
 		t.Fatalf("got %v, want an error naming the missing key", err)
 	}
 	if now, _ := os.ReadFile(filepath.Join(st.Dir, "nodes/w1/kubelet-client.crt")); !bytes.Equal(now, crt) {
@@ -247,9 +248,9 @@ func TestRenewReissuesLeavesCloseToExpiryUnderTheSameCA(t *testing.T) {
 	if b, _ := os.ReadFile(backups[0]); !bytes.Equal(b, oldAdmin.Cert) {
 		t.Error("the backup is not the old certificate")
 	}
-	infos, err := st.Check()
-	if err != nil {
-		t.Fatal(err)
+	infos, problems, err := st.Check(nil, 0)
+	if err != nil || len(problems) != 0 {
+		t.Fatalf("check after renewal: %v, %v", problems, err)
 	}
 	for _, i := range infos {
 		if strings.HasPrefix(i.Stem, "backup") {

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/kiln-project/kiln/internal/outdir"
+	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/validation"
 )
 
@@ -45,6 +46,16 @@ func inputError(err error) error {
 func outputError(err error) error {
 	var r *outdir.Refusal
 	if errors.As(err, &r) {
+		return usageError{err}
+	}
+	return err
+}
+
+// pkiError marks kiln's refusal of a PKI directory only the operator can
+// fix as a usage error: each problem names the file and the way out.
+func pkiError(err error) error {
+	var ps pki.Problems
+	if errors.As(err, &ps) {
 		return usageError{err}
 	}
 	return err

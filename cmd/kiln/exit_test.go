@@ -20,6 +20,9 @@ func TestExitCodes(t *testing.T) {
 	os.WriteFile(file, []byte("mine"), 0o644)
 	os.MkdirAll(operators, 0o755)
 	os.WriteFile(filepath.Join(operators, "node.iso"), []byte("mine"), 0o644)
+	brokenPKI := filepath.Join(dir, "broken-pki")
+	os.MkdirAll(brokenPKI, 0o700)
+	os.WriteFile(filepath.Join(brokenPKI, "sa.key"), []byte("garbage"), 0o600)
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -38,6 +41,9 @@ func TestExitCodes(t *testing.T) {
 		{"build output a regular file", []string{"build", "-o", file, "--cache", file}, exitUsage, file + ": it is a file"},
 		{"build over an operator's node.iso", []string{"build", "-o", operators, "--cache", file}, exitUsage, filepath.Join(operators, "node.iso") + ": it is there and kiln did not write it"},
 		{"bad flag value in RunE", []string{"pki", "check", "--pki", dir, "--warn", "soon"}, exitUsage, "--warn"},
+		{"gen with a PKI only the operator can fix", []string{"gen", "-f", "../../examples/site.yaml", "--pki", brokenPKI, "-o", filepath.Join(dir, "out")}, exitUsage, filepath.Join(brokenPKI, "sa.key") + ": not a PEM private key"},
+		{"pki check finds a problem", []string{"pki", "check", "--pki", brokenPKI}, exitFailure, filepath.Join(brokenPKI, "sa.pub") + ": missing"},
+		{"pki check of no PKI", []string{"pki", "check", "--pki", operators}, exitUsage, "no PKI here"},
 		{"runtime failure", []string{"images", "import", "--root", dir}, exitFailure, "image catalog"},
 		{"agent failure already on the console", []string{"firstboot", "role", "--root", dir}, exitFailure, ""},
 	} {

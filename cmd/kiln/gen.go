@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/pki"
@@ -18,9 +19,15 @@ func newGenCmd() *cobra.Command {
 at first boot.
 
 The PKI directory holds the cluster's CAs, the service-account key and every
-certificate; keep it safe and keep it: a second run reuses everything in it and
-only issues what is missing (for example for a node added to the site file).
-Nothing in it is ever overwritten.
+certificate; keep it safe and keep it. A second run issues what is missing (for
+example for a node added to the site file) and reuses every certificate that is
+still what the site asks for: signed by its CA, not expired nor within its
+renew window (its last 30 days, or last third), with the same subject, SANs,
+usages and lifetime. Any other leaf is re-issued, saying which field drifted,
+its old pair copied to DIR/backup/<time>/ first. A CA is never re-issued: an
+expired or missing CA, a key that does not parse or belong to its certificate,
+half a pair, a bad sa.key or sa.pub stop the run before anything is written
+(exit status 2), every problem named with its file; see kiln pki check.
 
 The output directory gets, all or nothing (a failed run leaves it as it was):
 
@@ -46,13 +53,11 @@ or embedded in the image (see docs/site.md).`,
 			}
 			res, err := nodeconfig.Generate(s, pki.Store{Dir: pkiDir}, outDir)
 			w := cmd.OutOrStdout()
-			for _, stem := range res.Issued {
-				fmt.Fprintf(w, "issued %s\n", stem)
-			}
+			printChanges(w, res.PKI)
 			if err != nil {
-				return outputError(err)
+				return pkiError(outputError(err))
 			}
-			if len(res.Issued) == 0 {
+			if len(res.PKI.Issued)+len(res.PKI.Reissued) == 0 {
 				fmt.Fprintf(w, "PKI in %s: nothing missing, nothing issued\n", pkiDir)
 			}
 			for _, p := range res.Nodes {
@@ -66,6 +71,19 @@ or embedded in the image (see docs/site.md).`,
 	cmd.Flags().StringVarP(&outDir, "output", "o", "out/site", "where the node configs and admin.kubeconfig go")
 	cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// printChanges says what kiln gen did to the PKI, a line per certificate.
+func printChanges(w io.Writer, ch pki.Changes) {
+	for _, stem := range ch.Issued {
+		fmt.Fprintf(w, "issued %s\n", stem)
+	}
+	for _, r := range ch.Reissued {
+		fmt.Fprintf(w, "reissued %s\n", r)
+	}
+	for _, n := range ch.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 }
 
 // loadSite reads a site file; problems in the file are usage errors.

@@ -130,3 +130,98 @@ func TestGenRefusesAnOutputItDidNotWrite(t *testing.T) {
 		})
 	}
 }
+
+// A second kiln gen after the site changed re-issues what drifted, says
+// which field and where the old pair went, and keeps the old pair.
+func TestGenReissuesWhatDrifted(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir, out, moved := filepath.Join(dir, "pki"), filepath.Join(dir, "site"), filepath.Join(dir, "moved.yaml")
+	data, err := os.ReadFile("../../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(moved, bytes.Replace(data, []byte("192.168.10.13/24"), []byte("192.168.10.14/24"), 1), 0o644)
+	if _, err := runCmd(t, "gen", "-f", "../../examples/site.yaml", "--pki", pkiDir, "-o", out); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(filepath.Join(pkiDir, "nodes/m3/etcd-peer.crt"))
+
+	got, err := runCmd(t, "gen", "-f", moved, "--pki", pkiDir, "-o", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "reissued nodes/m3/etcd-peer: ") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "has 192.168.10.13, which the site no longer names; lacks 192.168.10.14") {
+		t.Fatalf("no line names the drift of nodes/m3/etcd-peer:\n%s", got)
+	}
+	backups, _ := filepath.Glob(filepath.Join(pkiDir, "backup", "*", "nodes", "m3", "etcd-peer.crt"))
+	if len(backups) != 1 || !strings.Contains(line, filepath.Dir(filepath.Dir(filepath.Dir(backups[0])))) {
+		t.Fatalf("backups %v, line %q", backups, line)
+	}
+	if b, _ := os.ReadFile(backups[0]); !bytes.Equal(b, old) {
+		t.Error("the backup is not the old certificate")
+	}
+	if got, err := runCmd(t, "pki", "check", "--pki", pkiDir, "--site", moved); err != nil {
+		t.Errorf("pki check after the re-issue: %v\n%s", err, got)
+	}
+}
+
+// kiln pki check reports every problem at once, a line each naming the
+// file, and exits 1.
+func TestPKICheckReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir := filepath.Join(dir, "pki")
+	if _, err := runCmd(t, "gen", "-f", "../../examples/site.yaml", "--pki", pkiDir, "-o", filepath.Join(dir, "site")); err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(dir, "renamed.yaml")
+	data, _ := os.ReadFile("../../examples/site.yaml")
+	os.WriteFile(renamed, bytes.Replace(data, []byte("kube-apiserver.kiln.internal"), []byte("api.lab.example"), 1), 0o644)
+	in := func(rel string) string { return filepath.Join(pkiDir, filepath.FromSlash(rel)) }
+	os.WriteFile(in("sa.key"), []byte("garbage"), 0o600)
+	os.Remove(in("nodes/w2/kubelet-server.key"))
+	w2key, _ := os.ReadFile(in("nodes/w2/kubelet-client.key"))
+	os.WriteFile(in("nodes/w1/kubelet-client.key"), w2key, 0o600)
+	os.RemoveAll(in("etcd"))
+	os.WriteFile(in("etcd"), []byte("not a directory"), 0o600)
+
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"pki", "check", "--pki", pkiDir, "--site", renamed}, &stdout, &stderr)
+	if code != exitFailure {
+		t.Errorf("exit code %d, want %d", code, exitFailure)
+	}
+	var lines []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(l, "  ") {
+			lines = append(lines, l)
+		}
+	}
+	wants := []string{
+		in("sa.key") + ": not a PEM private key",
+		in("nodes/w2/kubelet-server.key") + ": missing",
+		in("nodes/w1/kubelet-client.key") + ": does not belong to",
+		in("etcd") + ": a file where a directory is expected",
+		in("nodes/m1/apiserver.crt") + ": SANs drifted",
+		in("nodes/m2/apiserver.crt") + ": SANs drifted",
+		in("nodes/m3/apiserver.crt") + ": SANs drifted",
+	}
+	if len(lines) != len(wants) {
+		t.Errorf("%d problem lines, want %d:\n%s", len(lines), len(wants), stderr.String())
+	}
+	for _, w := range wants {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, "  "+w) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d lines start with %q, want 1:\n%s", n, w, stderr.String())
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -13,8 +15,8 @@ import (
 func newPKICmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pki",
-		Short: "List and renew the cluster's certificates",
-		Long: `Inspect and renew the PKI directory kiln gen keeps (CAs, service-account key,
+		Short: "Check and renew the cluster's certificates",
+		Long: `Check and renew the PKI directory kiln gen keeps (CAs, service-account key,
 every certificate). After renewing, run kiln gen again and re-feed the nodes.`,
 	}
 	cmd.AddCommand(newPKICheckCmd(), newPKIRenewCmd())
@@ -22,47 +24,77 @@ every certificate). After renewing, run kiln gen again and re-feed the nodes.`,
 }
 
 func newPKICheckCmd() *cobra.Command {
-	var dir, warn string
+	var dir, sitePath, warn string
 	cmd := &cobra.Command{
-		Use:   "check [--pki DIR]",
-		Short: "Print every certificate with its expiry; fail if any has expired",
-		Args:  cobra.NoArgs,
+		Use:   "check [--pki DIR] [--site SITE] [--warn 30d]",
+		Short: "List every certificate with its expiry; fail on anything wrong in the PKI",
+		Long: `List every certificate of the PKI directory with its subject, issuer and
+expiry, then report every problem at once, one line each naming the file, and
+exit 1 if there is any: a key that does not belong to its certificate, half a
+pair, a file that does not parse, a missing, garbage or mismatched sa.key or
+sa.pub, a certificate signed by a CA that is not the PKI's, one that has
+expired or expires within --warn, a file where a directory is expected or the
+other way round. With --site, also every certificate the site expects that is
+missing or no longer what the site asks for (subject, SANs, usages, lifetime,
+CA): the same rules by which kiln gen reuses a certificate or re-issues it.`,
+		Example: `  kiln pki check --pki pki/ --site site.yaml`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			within, err := site.ParseDuration(warn)
-			if err != nil {
-				return usageError{fmt.Errorf("--warn %q: %w", warn, err)}
+			var within time.Duration
+			if warn != "" {
+				var err error
+				if within, err = site.ParseDuration(warn); err != nil {
+					return usageError{fmt.Errorf("--warn %q: %w", warn, err)}
+				}
 			}
-			infos, err := pki.Store{Dir: dir}.Check()
+			var s *site.Site
+			if sitePath != "" {
+				var err error
+				if s, err = loadSite(sitePath); err != nil {
+					return err
+				}
+			}
+			infos, problems, err := pki.Store{Dir: dir}.Check(s, within)
+			if errors.Is(err, pki.ErrNoPKI) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
-			if len(infos) == 0 {
-				return usageError{fmt.Errorf("no certificates in %s", dir)}
-			}
-			now := time.Now()
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CERTIFICATE\tSUBJECT\tISSUER\tEXPIRES\tLEFT\t")
-			expired := 0
-			for _, i := range infos {
-				left, mark := i.Remaining(now), ""
-				switch {
-				case left <= 0:
-					mark, expired = "EXPIRED", expired+1
-				case left <= within:
-					mark = "renew soon"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dd %s\t\n", i.Stem, i.Subject, i.Issuer, i.NotAfter.UTC().Format(time.DateOnly), int(left.Hours()/24), mark)
-			}
-			tw.Flush()
-			if expired > 0 {
-				return fmt.Errorf("%d certificate(s) have expired: kiln pki renew", expired)
+			printInfos(cmd.OutOrStdout(), infos, within)
+			if err := problems.Err(); err != nil {
+				return fmt.Errorf("PKI in %s: %w", dir, err)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "pki", "pki", "the PKI directory")
-	cmd.Flags().StringVar(&warn, "warn", "30d", "mark certificates expiring within this time")
+	cmd.Flags().StringVarP(&sitePath, "site", "f", "", "the site file to check the certificates against")
+	cmd.Flags().StringVar(&warn, "warn", "", "report certificates expiring within this time (default: each one's renew window, its last 30 days or last third)")
 	return cmd
+}
+
+// printInfos is the table of certificates, each marked when it has
+// expired or expires within warn (0: its renew window).
+func printInfos(w io.Writer, infos []pki.Info, warn time.Duration) {
+	now := time.Now()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CERTIFICATE\tSUBJECT\tISSUER\tEXPIRES\tLEFT\t")
+	for _, i := range infos {
+		window := warn
+		if window == 0 {
+			window = pki.RenewWindow(i.NotAfter.Sub(i.NotBefore))
+		}
+		left, mark := i.Remaining(now), ""
+		switch {
+		case left <= 0:
+			mark = "EXPIRED"
+		case left <= window:
+			mark = "renew soon"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dd %s\t\n", i.Stem, i.Subject, i.Issuer, i.NotAfter.UTC().Format(time.DateOnly), int(left.Hours()/24), mark)
+	}
+	tw.Flush()
 }
 
 func newPKIRenewCmd() *cobra.Command {
@@ -92,7 +124,7 @@ not renewed. Then run kiln gen to put the new certificates in the configs.`,
 			if err == nil && len(renewed) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing expires within %s\n", within)
 			}
-			return err
+			return pkiError(err)
 		},
 	}
 	cmd.Flags().StringVarP(&sitePath, "file", "f", "", "the site file (required)")
