@@ -43,13 +43,39 @@ func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", shorten(src), err)
 	}
 	if r.Compression != nil && *r.Compression == "gzip" {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("%s: gzip: %w", shorten(src), err)
+		if data, err = gunzip(data); err != nil {
+			return nil, fmt.Errorf("%s: %w", shorten(src), err)
 		}
-		return io.ReadAll(zr)
 	}
 	return data, nil
+}
+
+// maxDecompressed bounds one gzip content once decompressed: a plan is
+// held in memory until it is applied, and a few KiB of config can
+// otherwise decompress to more than the node has.
+var maxDecompressed int64 = 256 << 20
+
+func gunzip(data []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, maxDecompressed+1))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	if int64(len(out)) > maxDecompressed {
+		return nil, fmt.Errorf("decompressed size exceeds %s", sizeString(maxDecompressed))
+	}
+	return out, nil
+}
+
+// sizeString is n in whole MiB when it is a whole number of them.
+func sizeString(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // verify checks "sha256-<hex>" or "sha512-<hex>" against the raw

@@ -200,3 +200,44 @@ func TestHashMismatchFailsThePlanBeforeAnyWrite(t *testing.T) {
 		t.Fatalf("err = %v, want a verification failure naming the file", err)
 	}
 }
+
+func plan(t *testing.T, raw string) (*Plan, error) {
+	t.Helper()
+	cfg, _, err := ignition.Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewPlan(context.Background(), cfg, noFetch{})
+}
+
+// A small gzip content can decompress to more than the node has; past
+// the bound it is an error naming the field.
+func TestGzipIsDecompressedWithinABound(t *testing.T) {
+	defer func(old int64) { maxDecompressed = old }(maxDecompressed)
+	maxDecompressed = 1024
+	gz := func(n int) string {
+		return `{"compression":"gzip","source":"data:;base64,` + gzipB64(strings.Repeat("x", n)) + `"}`
+	}
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"contents at the bound", `"contents":` + gz(1024), ""},
+		{"contents over the bound", `"contents":` + gz(1025), "storage.files[0] (/etc/big): contents: "},
+		{"append over the bound", `"append":[` + gz(10) + `,` + gz(1025) + `]`, "storage.files[0] (/etc/big): append[1]: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := plan(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/big",`+tc.file+`}]}}`)
+			if tc.wantErr == "" {
+				if err != nil || len(p.Files[0].Contents) != 1024 {
+					t.Fatalf("NewPlan: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasSuffix(err.Error(), "decompressed size exceeds 1024 bytes") {
+				t.Fatalf("NewPlan = %v, want %q...decompressed size exceeds 1024 bytes", err, tc.wantErr)
+			}
+		})
+	}
+}
