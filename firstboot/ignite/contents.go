@@ -22,8 +22,8 @@ type Fetcher interface {
 	Fetch(ctx context.Context, rawURL string) ([]byte, error)
 }
 
-// resolve returns a resource's bytes: fetched or decoded, hash-checked,
-// then decompressed.
+// resolve returns a resource's bytes: fetched or decoded, decompressed,
+// then hash-checked.
 func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
 	if r.Source == nil {
 		return nil, nil
@@ -39,13 +39,15 @@ func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := verify(data, r.Verification.Hash); err != nil {
-		return nil, fmt.Errorf("%s: %w", shorten(src), err)
-	}
+	what := "the content"
 	if r.Compression != nil && *r.Compression == "gzip" {
 		if data, err = gunzip(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", shorten(src), err)
 		}
+		what = "the decompressed content"
+	}
+	if err := verify(data, r.Verification.Hash, what); err != nil {
+		return nil, fmt.Errorf("%s: %w", shorten(src), err)
 	}
 	return data, nil
 }
@@ -78,9 +80,12 @@ func sizeString(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// verify checks "sha256-<hex>" or "sha512-<hex>" against the raw
-// (still compressed) bytes, as the Ignition spec says.
-func verify(data []byte, want *string) error {
+// verify checks "sha256-<hex>" or "sha512-<hex>" against the
+// decompressed bytes. The spec (3.0 to 3.5) says "If compression is
+// specified, the hash describes the decompressed file", and coreos/ignition
+// hashes the stream its decompressor yields (decompressCopyHashAndVerify in
+// internal/resource/url.go), so a config written for Ignition verifies here.
+func verify(data []byte, want *string, what string) error {
 	if want == nil {
 		return nil
 	}
@@ -98,7 +103,7 @@ func verify(data []byte, want *string) error {
 	}
 	h.Write(data)
 	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return fmt.Errorf("verification failed: %s is %s-%s, the config pins %s", "content", algo, got, *want)
+		return fmt.Errorf("verification failed: %s is %s-%s, the config pins %s", what, algo, got, *want)
 	}
 	return nil
 }

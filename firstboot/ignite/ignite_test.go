@@ -241,3 +241,48 @@ func TestGzipIsDecompressedWithinABound(t *testing.T) {
 		})
 	}
 }
+
+func sha512Hex(s string) string {
+	sum := sha512.Sum512([]byte(s))
+	return "sha512-" + hex.EncodeToString(sum[:])
+}
+
+// With compression, verification.hash describes the decompressed data, as
+// the spec says and coreos/ignition checks: a config written for Ignition
+// must verify here.
+func TestHashDescribesTheDecompressedData(t *testing.T) {
+	zipped := gzipB64("unzipped")
+	compressedBytes, _ := base64.StdEncoding.DecodeString(zipped)
+	resource := func(hash string, gzip bool) string {
+		if !gzip {
+			return `{"source":"data:,unzipped","verification":{"hash":"` + hash + `"}}`
+		}
+		return `{"compression":"gzip","source":"data:;base64,` + zipped + `","verification":{"hash":"` + hash + `"}}`
+	}
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"plain contents", `"contents":` + resource(sha512Hex("unzipped"), false), ""},
+		{"gzip contents, hash of the decompressed data", `"contents":` + resource(sha512Hex("unzipped"), true), ""},
+		{"gzip append, hash of the decompressed data", `"append":[` + resource(sha512Hex("unzipped"), true) + `]`, ""},
+		{"gzip contents, hash of the compressed bytes", `"contents":` + resource(sha512Hex(string(compressedBytes)), true),
+			"storage.files[0] (/etc/z): contents: "},
+		{"gzip append, hash of the compressed bytes", `"append":[` + resource(sha512Hex(string(compressedBytes)), true) + `]`,
+			"storage.files[0] (/etc/z): append[0]: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := plan(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/z",`+tc.file+`}]}}`)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("NewPlan: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "verification failed: the decompressed content is") {
+				t.Fatalf("NewPlan = %v, want a verification failure of %s", err, tc.wantErr)
+			}
+		})
+	}
+}
