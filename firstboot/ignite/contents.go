@@ -29,6 +29,11 @@ func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
 		return nil, nil
 	}
 	src := *r.Source
+	if src == "" {
+		// An empty file, as in coreos/ignition, whose fetch of scheme ""
+		// returns no data (FetchToBuffer, internal/resource/url.go).
+		return []byte{}, verify(nil, r.Verification.Hash, "the content")
+	}
 	var data []byte
 	var err error
 	if strings.HasPrefix(src, "data:") {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -282,6 +283,39 @@ func TestHashDescribesTheDecompressedData(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "verification failed: the decompressed content is") {
 				t.Fatalf("NewPlan = %v, want a verification failure of %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// An empty source is valid Ignition for an empty file.
+func TestEmptySourceWritesAnEmptyFile(t *testing.T) {
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"new file", `{"path":"/etc/empty","mode":384,"contents":{"source":""}}`, ""},
+		{"replaces a file", `{"path":"/etc/image-file","overwrite":true,"mode":384,"contents":{"source":""}}`, ""},
+		{"hash of nothing", `{"path":"/etc/empty","mode":384,"contents":{"source":"","verification":{"hash":"` + sha512Hex("") + `"}}}`, ""},
+		{"hash of something else", `{"path":"/etc/empty","contents":{"source":"","verification":{"hash":"` + sha512Hex("x") + `"}}}`,
+			"storage.files[0] (/etc/empty): contents: verification failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(t)
+			raw := `{"ignition":{"version":"3.4.0"},"storage":{"files":[` + tc.file + `]}}`
+			if tc.wantErr != "" {
+				if _, err := plan(t, raw); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("NewPlan = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			applyConfig(t, root, raw)
+			var f struct{ Path string }
+			json.Unmarshal([]byte(tc.file), &f)
+			fi, err := os.Stat(filepath.Join(root, f.Path))
+			if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("%s: %v, %v; want an empty file, mode 0600", f.Path, fi, err)
 			}
 		})
 	}
