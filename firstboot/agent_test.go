@@ -225,3 +225,41 @@ func TestFailedDiskProbeStopsTheAgent(t *testing.T) {
 		})
 	}
 }
+
+// Storage kiln does not set up is rejected before anything is written:
+// the console names the field, and no disk tool runs.
+func TestUnappliedStorageIsRejectedBeforeAnyWrite(t *testing.T) {
+	const file = `{"path":"/etc/motd","contents":{"source":"data:,x"}}`
+	tests := []struct{ name, storage, want string }{
+		{"another filesystem", `"filesystems":[{"device":"/dev/sdb1","format":"xfs","path":"/data","wipeFilesystem":true}]`,
+			"storage.filesystems[0] (/dev/sdb1): filesystems other than the state partition"},
+		{"a partition on another disk", `"disks":[{"device":"/dev/sdb","wipeTable":true,"partitions":[{"label":"data"}]}]`,
+			"storage.disks[0] (/dev/sdb): only the disk holding the KILN-STATE partition"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[`+file+`],`+tc.storage+`}}`)
+			before := snapshot(t, root)
+			sys := &fakeSys{}
+			var out bytes.Buffer
+			err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background())
+			got := finalLines(out.String())
+			if err == nil || len(got) != 1 || !strings.Contains(got[0], "invalid config from fw_cfg: "+tc.want) {
+				t.Fatalf("final lines %q, want one error naming %s\n%s", got, tc.want, out.String())
+			}
+			if !strings.Contains(out.String(), "kiln-firstboot: config: "+tc.want) {
+				t.Errorf("the report line is not on the console:\n%s", out.String())
+			}
+			for _, c := range sys.cmds {
+				if strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") || strings.HasPrefix(c, "wipefs") || strings.HasPrefix(c, "mount") {
+					t.Errorf("%q ran for a rejected config", c)
+				}
+			}
+			after := snapshot(t, root)
+			delete(after, statusPath)
+			if len(after) != len(before) {
+				t.Errorf("files changed by a rejected config: before %v after %v", keys(before), keys(after))
+			}
+		})
+	}
+}

@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // Names fixed by docs/architecture.md.
 const (
-	Label      = "KILN-STATE"
+	Label      = ignition.StateLabel
 	MountPoint = "/var/lib/kiln-state"
 	rootLabel  = "KILN-ROOT"
 )
