@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kiln-project/kiln/internal/ignition"
@@ -316,6 +317,40 @@ func TestEmptySourceWritesAnEmptyFile(t *testing.T) {
 			fi, err := os.Stat(filepath.Join(root, f.Path))
 			if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
 				t.Fatalf("%s: %v, %v; want an empty file, mode 0600", f.Path, fi, err)
+			}
+		})
+	}
+}
+
+// A symbolic link's user and group are its own, as in coreos/ignition.
+func TestSymlinkOwnerIsApplied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a link away")
+	}
+	tests := []struct {
+		name, owner      string
+		wantUID, wantGID uint32
+	}{
+		{"by id", `"user":{"id":1234},"group":{"id":4321}`, 1234, 4321},
+		{"by name", `"user":{"name":"svc"},"group":{"name":"svc"}`, 2345, 2345},
+		{"unset: root", ``, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(t)
+			os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\nsvc:x:2345:2345::/:/bin/false\n"), 0o644)
+			os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nsvc:x:2345:\n"), 0o644)
+			link := `{"path":"/etc/link","target":"/etc/image-file"`
+			if tc.owner != "" {
+				link += "," + tc.owner
+			}
+			applyConfig(t, root, `{"ignition":{"version":"3.4.0"},"storage":{"links":[`+link+`}]}}`)
+			var st syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(root, "etc/link"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != tc.wantUID || st.Gid != tc.wantGID {
+				t.Fatalf("/etc/link is owned by %d:%d, want %d:%d", st.Uid, st.Gid, tc.wantUID, tc.wantGID)
 			}
 		})
 	}
