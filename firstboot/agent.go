@@ -68,7 +68,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 func (a *Agent) run(ctx context.Context) error {
 	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second}
-	dev, haveState := st.Find(ctx)
+	dev, haveState, err := st.Find(ctx)
+	if err != nil {
+		return err
+	}
 	if haveState {
 		if err := st.Mount(ctx, dev); err != nil {
 			return err

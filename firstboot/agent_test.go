@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +12,29 @@ import (
 )
 
 // fakeSys answers every disk tool with "nothing found", like a diskless
-// node booted from CD or PXE.
-type fakeSys struct{ cmds []string }
+// node booted from CD or PXE, unless answers has the command line.
+type fakeSys struct {
+	cmds    []string
+	answers map[string]answer
+}
+
+type answer struct {
+	out string
+	err error
+}
+
+// exitStatus is a command that ran and failed, as exec reports it.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitStatus) ExitCode() int { return int(e) }
 
 func (f *fakeSys) Run(_ context.Context, name string, args ...string) ([]byte, error) {
-	f.cmds = append(f.cmds, name+" "+strings.Join(args, " "))
+	line := name + " " + strings.Join(args, " ")
+	f.cmds = append(f.cmds, line)
+	if a, ok := f.answers[line]; ok {
+		return []byte(a.out), a.err
+	}
 	return nil, nil
 }
 func (f *fakeSys) SetHostname(string) error { return nil }
@@ -163,6 +182,83 @@ func TestNetworkFilesReloadNetworkd(t *testing.T) {
 			}
 			if got != tc.reload {
 				t.Errorf("networkctl reload run: %v, want %v (commands %v)", got, tc.reload, sys.cmds)
+			}
+		})
+	}
+}
+
+// The agent never guesses about a disk: a lookup or probe that fails stops
+// it with a line naming what it could not read, before any disk tool
+// writes and before the config is applied.
+func TestFailedDiskProbeStopsTheAgent(t *testing.T) {
+	tests := []struct {
+		name    string
+		answers map[string]answer
+		want    string
+	}{
+		{"state lookup fails", map[string]answer{"blkid -L KILN-STATE": {"", exitStatus(4)}}, "KILN-STATE"},
+		{"boot disk probe fails", map[string]answer{"blkid -p -o value -s PTTYPE /dev/vda": {"", exitStatus(8)}}, "/dev/vda"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`)
+			for _, p := range []string{"/dev/vda", "/dev/disk/by-partlabel/KILN-ROOT"} {
+				os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+				os.WriteFile(filepath.Join(root, p), nil, 0o644)
+			}
+			tc.answers["lsblk -ndo PKNAME "+filepath.Join(root, "/dev/disk/by-partlabel/KILN-ROOT")] = answer{"vda\n", nil}
+			sys := &fakeSys{answers: tc.answers}
+			var out bytes.Buffer
+			err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background())
+			got := finalLines(out.String())
+			if err == nil || len(got) != 1 || !strings.HasPrefix(got[0], "kiln-firstboot: error: ") || !strings.Contains(got[0], tc.want) {
+				t.Fatalf("final lines %q, want one error naming %s\n%s", got, tc.want, out.String())
+			}
+			for _, c := range sys.cmds {
+				if strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") || strings.HasPrefix(c, "wipefs") {
+					t.Errorf("%q ran after a failed probe", c)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(root, "etc/motd")); !os.IsNotExist(err) {
+				t.Errorf("the config was applied: /etc/motd %v", err)
+			}
+		})
+	}
+}
+
+// Storage kiln does not set up is rejected before anything is written:
+// the console names the field, and no disk tool runs.
+func TestUnappliedStorageIsRejectedBeforeAnyWrite(t *testing.T) {
+	const file = `{"path":"/etc/motd","contents":{"source":"data:,x"}}`
+	tests := []struct{ name, storage, want string }{
+		{"another filesystem", `"filesystems":[{"device":"/dev/sdb1","format":"xfs","path":"/data","wipeFilesystem":true}]`,
+			"storage.filesystems[0] (/dev/sdb1): filesystems other than the state partition"},
+		{"a partition on another disk", `"disks":[{"device":"/dev/sdb","wipeTable":true,"partitions":[{"label":"data"}]}]`,
+			"storage.disks[0] (/dev/sdb): only the disk holding the KILN-STATE partition"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[`+file+`],`+tc.storage+`}}`)
+			before := snapshot(t, root)
+			sys := &fakeSys{}
+			var out bytes.Buffer
+			err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background())
+			got := finalLines(out.String())
+			if err == nil || len(got) != 1 || !strings.Contains(got[0], "invalid config from fw_cfg: "+tc.want) {
+				t.Fatalf("final lines %q, want one error naming %s\n%s", got, tc.want, out.String())
+			}
+			if !strings.Contains(out.String(), "kiln-firstboot: config: "+tc.want) {
+				t.Errorf("the report line is not on the console:\n%s", out.String())
+			}
+			for _, c := range sys.cmds {
+				if strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") || strings.HasPrefix(c, "wipefs") || strings.HasPrefix(c, "mount") {
+					t.Errorf("%q ran for a rejected config", c)
+				}
+			}
+			after := snapshot(t, root)
+			delete(after, statusPath)
+			if len(after) != len(before) {
+				t.Errorf("files changed by a rejected config: before %v after %v", keys(before), keys(after))
 			}
 		})
 	}

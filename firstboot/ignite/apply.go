@@ -182,6 +182,9 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 		if err := atomicfile.Symlink(l.Target, full); err != nil {
 			return err
 		}
+		if err := a.lchown(full, l.Node); err != nil {
+			return fmt.Errorf("%s: %w", l.Path, err)
+		}
 	}
 	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kiln-project/kiln/internal/ignition"
@@ -198,5 +200,158 @@ func TestHashMismatchFailsThePlanBeforeAnyWrite(t *testing.T) {
 	_, err = NewPlan(context.Background(), cfg, noFetch{})
 	if err == nil || !strings.Contains(err.Error(), "storage.files[0] (/etc/a)") || !strings.Contains(err.Error(), "verification failed") {
 		t.Fatalf("err = %v, want a verification failure naming the file", err)
+	}
+}
+
+func plan(t *testing.T, raw string) (*Plan, error) {
+	t.Helper()
+	cfg, _, err := ignition.Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewPlan(context.Background(), cfg, noFetch{})
+}
+
+// A small gzip content can decompress to more than the node has; past
+// the bound it is an error naming the field.
+func TestGzipIsDecompressedWithinABound(t *testing.T) {
+	defer func(old int64) { maxDecompressed = old }(maxDecompressed)
+	maxDecompressed = 1024
+	gz := func(n int) string {
+		return `{"compression":"gzip","source":"data:;base64,` + gzipB64(strings.Repeat("x", n)) + `"}`
+	}
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"contents at the bound", `"contents":` + gz(1024), ""},
+		{"contents over the bound", `"contents":` + gz(1025), "storage.files[0] (/etc/big): contents: "},
+		{"append over the bound", `"append":[` + gz(10) + `,` + gz(1025) + `]`, "storage.files[0] (/etc/big): append[1]: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := plan(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/big",`+tc.file+`}]}}`)
+			if tc.wantErr == "" {
+				if err != nil || len(p.Files[0].Contents) != 1024 {
+					t.Fatalf("NewPlan: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasSuffix(err.Error(), "decompressed size exceeds 1024 bytes") {
+				t.Fatalf("NewPlan = %v, want %q...decompressed size exceeds 1024 bytes", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func sha512Hex(s string) string {
+	sum := sha512.Sum512([]byte(s))
+	return "sha512-" + hex.EncodeToString(sum[:])
+}
+
+// With compression, verification.hash describes the decompressed data, as
+// the spec says and coreos/ignition checks: a config written for Ignition
+// must verify here.
+func TestHashDescribesTheDecompressedData(t *testing.T) {
+	zipped := gzipB64("unzipped")
+	compressedBytes, _ := base64.StdEncoding.DecodeString(zipped)
+	resource := func(hash string, gzip bool) string {
+		if !gzip {
+			return `{"source":"data:,unzipped","verification":{"hash":"` + hash + `"}}`
+		}
+		return `{"compression":"gzip","source":"data:;base64,` + zipped + `","verification":{"hash":"` + hash + `"}}`
+	}
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"plain contents", `"contents":` + resource(sha512Hex("unzipped"), false), ""},
+		{"gzip contents, hash of the decompressed data", `"contents":` + resource(sha512Hex("unzipped"), true), ""},
+		{"gzip append, hash of the decompressed data", `"append":[` + resource(sha512Hex("unzipped"), true) + `]`, ""},
+		{"gzip contents, hash of the compressed bytes", `"contents":` + resource(sha512Hex(string(compressedBytes)), true),
+			"storage.files[0] (/etc/z): contents: "},
+		{"gzip append, hash of the compressed bytes", `"append":[` + resource(sha512Hex(string(compressedBytes)), true) + `]`,
+			"storage.files[0] (/etc/z): append[0]: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := plan(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/z",`+tc.file+`}]}}`)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("NewPlan: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "verification failed: the decompressed content is") {
+				t.Fatalf("NewPlan = %v, want a verification failure of %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// An empty source is valid Ignition for an empty file.
+func TestEmptySourceWritesAnEmptyFile(t *testing.T) {
+	tests := []struct {
+		name, file string
+		wantErr    string // "" for success
+	}{
+		{"new file", `{"path":"/etc/empty","mode":384,"contents":{"source":""}}`, ""},
+		{"replaces a file", `{"path":"/etc/image-file","overwrite":true,"mode":384,"contents":{"source":""}}`, ""},
+		{"hash of nothing", `{"path":"/etc/empty","mode":384,"contents":{"source":"","verification":{"hash":"` + sha512Hex("") + `"}}}`, ""},
+		{"hash of something else", `{"path":"/etc/empty","contents":{"source":"","verification":{"hash":"` + sha512Hex("x") + `"}}}`,
+			"storage.files[0] (/etc/empty): contents: verification failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(t)
+			raw := `{"ignition":{"version":"3.4.0"},"storage":{"files":[` + tc.file + `]}}`
+			if tc.wantErr != "" {
+				if _, err := plan(t, raw); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("NewPlan = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			applyConfig(t, root, raw)
+			var f struct{ Path string }
+			json.Unmarshal([]byte(tc.file), &f)
+			fi, err := os.Stat(filepath.Join(root, f.Path))
+			if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("%s: %v, %v; want an empty file, mode 0600", f.Path, fi, err)
+			}
+		})
+	}
+}
+
+// A symbolic link's user and group are its own, as in coreos/ignition.
+func TestSymlinkOwnerIsApplied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a link away")
+	}
+	tests := []struct {
+		name, owner      string
+		wantUID, wantGID uint32
+	}{
+		{"by id", `"user":{"id":1234},"group":{"id":4321}`, 1234, 4321},
+		{"by name", `"user":{"name":"svc"},"group":{"name":"svc"}`, 2345, 2345},
+		{"unset: root", ``, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(t)
+			os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\nsvc:x:2345:2345::/:/bin/false\n"), 0o644)
+			os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nsvc:x:2345:\n"), 0o644)
+			link := `{"path":"/etc/link","target":"/etc/image-file"`
+			if tc.owner != "" {
+				link += "," + tc.owner
+			}
+			applyConfig(t, root, `{"ignition":{"version":"3.4.0"},"storage":{"links":[`+link+`}]}}`)
+			var st syscall.Stat_t
+			if err := syscall.Lstat(filepath.Join(root, "etc/link"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != tc.wantUID || st.Gid != tc.wantGID {
+				t.Fatalf("/etc/link is owned by %d:%d, want %d:%d", st.Uid, st.Gid, tc.wantUID, tc.wantGID)
+			}
+		})
 	}
 }

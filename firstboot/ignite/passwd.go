@@ -185,3 +185,14 @@ func (a *Applier) chown(full string, n Node) error {
 	}
 	return os.Chown(full, o.UID, o.GID)
 }
+
+// lchown gives a symbolic link itself the node's owner, as coreos/ignition
+// does (SetPermissions, internal/exec/util/file.go). A hard link is the
+// target's inode: the spec warns that its owner is not applied.
+func (a *Applier) lchown(full string, n Node) error {
+	o, err := a.owner(n)
+	if err != nil || o == nil {
+		return err
+	}
+	return os.Lchown(full, o.UID, o.GID)
+}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,13 +16,26 @@ type Fetcher struct {
 	Client  *http.Client
 	Timeout time.Duration // total time allowed for one URL, retries included
 	Retry   time.Duration
-	Log     func(format string, args ...any)
+	// MaxBytes bounds what one URL may return; 0 means DefaultMaxBytes.
+	MaxBytes int64
+	Log      func(format string, args ...any)
 }
+
+// DefaultMaxBytes is the most one URL may return.
+const DefaultMaxBytes = 64 << 20
+
+// maxRedirects is how many redirects one GET may follow.
+const maxRedirects = 10
 
 // NewFetcher returns a Fetcher with the agent's defaults.
 func NewFetcher(log func(string, ...any)) *Fetcher {
 	return &Fetcher{Client: &http.Client{Timeout: 30 * time.Second}, Timeout: 3 * time.Minute, Retry: 2 * time.Second, Log: log}
 }
+
+// permanentError is a failure that retrying cannot fix.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
 
 // Fetch reads rawURL, retrying failures until the Fetcher's timeout.
 func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
@@ -33,7 +47,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 	switch u.Scheme {
 	case "http", "https":
 	case "tftp":
-		get = tftpGet
+		get = f.tftp
 	default:
 		return nil, fmt.Errorf("%s: scheme %q is not supported (http, https, tftp)", rawURL, u.Scheme)
 	}
@@ -43,6 +57,9 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 		data, err := get(ctx, u)
 		if err == nil {
 			return data, nil
+		}
+		if errors.As(err, new(permanentError)) {
+			return nil, fmt.Errorf("fetching %s: %w", rawURL, err)
 		}
 		if f.Log != nil && (attempt == 1 || attempt%15 == 0) {
 			f.Log("fetching %s (attempt %d): %v; retrying", rawURL, attempt, err)
@@ -60,7 +77,9 @@ func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := f.Client.Do(req)
+	client := *f.Client
+	client.CheckRedirect = checkRedirect
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -68,5 +87,51 @@ func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	return f.readAll(resp.Body)
+}
+
+// checkRedirect follows a bounded number of redirects and none from
+// https to http: a config fetched over TLS must not come from a server
+// anyone on the path could impersonate.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	from := via[len(via)-1].URL
+	if from.Scheme == "https" && req.URL.Scheme != "https" {
+		return permanentError{fmt.Errorf("refusing the redirect from %s to %s: it leaves https", from, req.URL)}
+	}
+	if len(via) >= maxRedirects {
+		return permanentError{fmt.Errorf("stopped after %d redirects, at %s (started at %s)", len(via), req.URL, via[0].URL)}
+	}
+	return nil
+}
+
+func (f *Fetcher) tftp(ctx context.Context, u *url.URL) ([]byte, error) {
+	return tftpGet(ctx, u, f.maxBytes())
+}
+
+// readAll reads r whole, or fails: a body cut short at the bound would be
+// written as if it were the file.
+func (f *Fetcher) readAll(r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, f.maxBytes()+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > f.maxBytes() {
+		return nil, permanentError{fmt.Errorf("larger than %s", sizeString(f.maxBytes()))}
+	}
+	return data, nil
+}
+
+func (f *Fetcher) maxBytes() int64 {
+	if f.MaxBytes > 0 {
+		return f.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+// sizeString is n in whole MiB when it is a whole number of them.
+func sizeString(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

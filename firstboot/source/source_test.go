@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -120,5 +121,109 @@ func serveOneTFTP(pc *net.UDPConn, name string, content []byte) {
 		if _, _, err := pc.ReadFromUDP(buf); err != nil || end-start < tftpBlock {
 			return
 		}
+	}
+}
+
+// A config or file fetched over https must not be handed over to plain
+// http by a redirect, and a redirect loop ends: both at once, not after
+// the retries meant for a network that is still coming up.
+func TestFetchRedirects(t *testing.T) {
+	var plainHits, tlsHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plainHits.Add(1)
+		w.Write([]byte("plain " + r.URL.Path))
+	}))
+	defer plain.Close()
+	var tlsSrv *httptest.Server
+	tlsSrv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tlsHits.Add(1)
+		switch r.URL.Path {
+		case "/to-http":
+			http.Redirect(w, r, plain.URL+"/cfg.ign", http.StatusFound)
+		case "/to-https":
+			http.Redirect(w, r, tlsSrv.URL+"/cfg.ign", http.StatusFound)
+		case "/loop":
+			http.Redirect(w, r, "/loop", http.StatusFound)
+		default:
+			w.Write([]byte("tls " + r.URL.Path))
+		}
+	}))
+	defer tlsSrv.Close()
+	tests := []struct {
+		name               string
+		url                string
+		want               string   // the body; "" when the fetch must fail
+		wantErr            []string // what the error names
+		wantTLS, wantPlain int32
+	}{
+		{"https to https is followed", tlsSrv.URL + "/to-https", "tls /cfg.ign", nil, 2, 0},
+		{"https to http is refused", tlsSrv.URL + "/to-http", "", []string{tlsSrv.URL + "/to-http", plain.URL + "/cfg.ign", "leaves https"}, 1, 0},
+		{"a redirect loop ends", tlsSrv.URL + "/loop", "", []string{"stopped after 10 redirects"}, 10, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			plainHits.Store(0)
+			tlsHits.Store(0)
+			f := &Fetcher{Client: tlsSrv.Client(), Timeout: 2 * time.Second, Retry: 50 * time.Millisecond}
+			data, err := f.Fetch(context.Background(), tc.url)
+			if tc.want != "" {
+				if err != nil || string(data) != tc.want {
+					t.Fatalf("Fetch = %q, %v; want %q", data, err, tc.want)
+				}
+			} else if err == nil {
+				t.Fatalf("Fetch = %q, want an error", data)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			if tlsHits.Load() != tc.wantTLS || plainHits.Load() != tc.wantPlain {
+				t.Errorf("requests: https %d, http %d; want %d, %d", tlsHits.Load(), plainHits.Load(), tc.wantTLS, tc.wantPlain)
+			}
+		})
+	}
+}
+
+// A body over the bound is an error, not a file cut short.
+func TestFetchRefusesMoreThanMaxBytes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(strings.TrimPrefix(r.URL.Path, "/")))
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name, body string
+		wantErr    bool
+	}{
+		{"at the bound", "0123456789", false},
+		{"over the bound", "0123456789x", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &Fetcher{Client: srv.Client(), Timeout: 2 * time.Second, Retry: 50 * time.Millisecond, MaxBytes: 10}
+			data, err := f.Fetch(context.Background(), srv.URL+"/"+tc.body)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "larger than 10 bytes") {
+					t.Fatalf("Fetch = %q, %v; want a refusal naming the bound", data, err)
+				}
+				return
+			}
+			if err != nil || string(data) != tc.body {
+				t.Fatalf("Fetch = %q, %v", data, err)
+			}
+		})
+	}
+}
+
+func TestTFTPRefusesMoreThanMaxBytes(t *testing.T) {
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go serveOneTFTP(pc, "cfg.ign", []byte(strings.Repeat("x", 1200)))
+	f := &Fetcher{Timeout: 2 * time.Second, Retry: 50 * time.Millisecond, MaxBytes: 600}
+	if data, err := f.Fetch(context.Background(), "tftp://"+pc.LocalAddr().String()+"/cfg.ign"); err == nil || !strings.Contains(err.Error(), "larger than 600 bytes") {
+		t.Fatalf("Fetch = %d bytes, %v; want a refusal naming the bound", len(data), err)
 	}
 }

@@ -20,9 +20,10 @@ const (
 	tftpBlock = 512
 )
 
-// tftpGet reads one file in octet mode. It is enough for configs: a read
-// request, then DATA/ACK in lock step from the server's transfer port.
-func tftpGet(ctx context.Context, u *url.URL) ([]byte, error) {
+// tftpGet reads one file in octet mode, of at most max bytes. It is
+// enough for configs: a read request, then DATA/ACK in lock step from the
+// server's transfer port.
+func tftpGet(ctx context.Context, u *url.URL, max int64) ([]byte, error) {
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "69")
@@ -65,6 +66,9 @@ func tftpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 			return nil, errors.New("tftp: unexpected packet")
 		}
 		out.Write(buf[4:n])
+		if int64(out.Len()) > max {
+			return nil, permanentError{fmt.Errorf("tftp %s: larger than %s", u, sizeString(max))}
+		}
 		ack := []byte{0, tftpACK, buf[2], buf[3]}
 		if _, err := conn.WriteToUDP(ack, from); err != nil {
 			return nil, err

@@ -1,8 +1,11 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,7 +69,8 @@ func (m *Manager) bootDisk(ctx context.Context) (string, error) {
 
 // Create makes the state partition on t and formats it ext4 with the
 // state label. It refuses to touch a disk with an unknown partition
-// table or a partition that already holds a filesystem.
+// table, a partition that already holds a filesystem, or a device it
+// cannot probe.
 func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 	if err := m.prepareTable(ctx, t); err != nil {
 		return "", err
@@ -88,8 +92,12 @@ func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if out, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev); strings.TrimSpace(string(out)) != "" {
-		return "", fmt.Errorf("refusing to format %s: it already holds a %s filesystem", dev, strings.TrimSpace(string(out)))
+	fs, err := m.probe(ctx, dev, "TYPE")
+	if err != nil {
+		return "", err
+	}
+	if fs != "" {
+		return "", fmt.Errorf("refusing to format %s: it already holds a %s filesystem", dev, fs)
 	}
 	if _, err := m.Sys.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", Label, dev); err != nil {
 		return "", fmt.Errorf("formatting %s: %w", dev, err)
@@ -100,16 +108,25 @@ func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 // prepareTable moves a GPT's backup header to the end of a grown disk, or
 // writes a new GPT on a blank disk.
 func (m *Manager) prepareTable(ctx context.Context, t Target) error {
-	out, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "PTTYPE", t.Disk)
-	switch pt := strings.TrimSpace(string(out)); {
+	pt, err := m.probe(ctx, t.Disk, "PTTYPE")
+	if err != nil {
+		return err
+	}
+	switch {
 	case pt == "gpt" && !t.WipeTable:
 		if _, err := m.Sys.Run(ctx, "sgdisk", "-e", t.Disk); err != nil {
 			return fmt.Errorf("moving the backup GPT of %s to the disk end: %w", t.Disk, err)
 		}
 		return nil
 	case pt == "" || t.WipeTable:
-		if fs, _ := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", t.Disk); pt == "" && strings.TrimSpace(string(fs)) != "" && !t.WipeTable {
-			return fmt.Errorf("refusing to partition %s: it holds a %s filesystem and wipeTable is not set", t.Disk, strings.TrimSpace(string(fs)))
+		if pt == "" && !t.WipeTable {
+			fs, err := m.probe(ctx, t.Disk, "TYPE")
+			if err != nil {
+				return err
+			}
+			if fs != "" {
+				return fmt.Errorf("refusing to partition %s: it holds a %s filesystem and wipeTable is not set", t.Disk, fs)
+			}
 		}
 		if _, err := m.Sys.Run(ctx, "sgdisk", "-o", t.Disk); err != nil {
 			return fmt.Errorf("writing a GPT to %s: %w", t.Disk, err)
@@ -126,7 +143,7 @@ func (m *Manager) waitPartition(ctx context.Context) (string, error) {
 	for {
 		m.Sys.Run(ctx, "udevadm", "settle", "--timeout=10")
 		if dev, err := filepath.EvalSymlinks(link); err == nil {
-			return dev, nil
+			return m.nodePath(dev), nil
 		}
 		// without udev (containers, tests) blkid still scans the kernel's list
 		if out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "PARTLABEL="+Label); err == nil && strings.TrimSpace(string(out)) != "" {
@@ -141,4 +158,61 @@ func (m *Manager) waitPartition(ctx context.Context) (string, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// blkidNothingFound is blkid's exit status when it identifies nothing:
+// no signature, no such tag, no device with that label. blkid -p also
+// exits 2, silently, when the device does not exist.
+const blkidNothingFound = 2
+
+// probe returns one tag (TYPE, PTTYPE) of what blkid's low-level probe
+// finds on dev, "" for nothing. The agent never guesses about a disk: dev
+// must read, and any blkid failure other than "nothing found" is an error,
+// so a disk it cannot see into is never partitioned or formatted.
+func (m *Manager) probe(ctx context.Context, dev, tag string) (string, error) {
+	if err := m.readable(dev); err != nil {
+		return "", fmt.Errorf("cannot tell what %s holds: %w; leaving it untouched", dev, err)
+	}
+	out, err := m.Sys.Run(ctx, "blkid", "-p", "-o", "value", "-s", tag, dev)
+	switch {
+	case err == nil:
+		return strings.TrimSpace(string(out)), nil
+	case exitCode(err) == blkidNothingFound && len(bytes.TrimSpace(out)) == 0:
+		return "", nil
+	default:
+		return "", fmt.Errorf("cannot tell what %s holds: %w; leaving it untouched", dev, err)
+	}
+}
+
+// readable reads the first block of dev: blkid's "nothing found" only
+// means blank for a device that can be read.
+func (m *Manager) readable(dev string) error {
+	f, err := os.Open(m.path(dev))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Read(make([]byte, 4096)); err != nil && err != io.EOF {
+		return fmt.Errorf("reading %s: %w", dev, err)
+	}
+	return nil
+}
+
+// nodePath is p, a path under the root, as the node sees it.
+func (m *Manager) nodePath(p string) string {
+	rel, err := filepath.Rel(m.path("/"), p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return "/" + rel
+}
+
+// exitCode is the exit status a command's error carries, -1 for none (the
+// command did not start or was killed).
+func exitCode(err error) int {
+	var e interface{ ExitCode() int }
+	if errors.As(err, &e) {
+		return e.ExitCode()
+	}
+	return -1
 }

@@ -6,17 +6,20 @@ package state
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // Names fixed by docs/architecture.md.
 const (
-	Label      = "KILN-STATE"
+	Label      = ignition.StateLabel
 	MountPoint = "/var/lib/kiln-state"
 	rootLabel  = "KILN-ROOT"
 )
@@ -48,15 +51,20 @@ func (m *Manager) logf(format string, args ...any) {
 	}
 }
 
-// Find returns the device of an existing state filesystem, if any.
-func (m *Manager) Find(ctx context.Context) (string, bool) {
+// Find returns the device of an existing state filesystem, if any. A
+// failed lookup is an error, not "none": the agent would go on to create
+// a state partition next to the one it could not see.
+func (m *Manager) Find(ctx context.Context) (string, bool, error) {
 	m.Sys.Run(ctx, "udevadm", "settle", "--timeout=30")
 	out, err := m.Sys.Run(ctx, "blkid", "-L", Label)
-	dev := strings.TrimSpace(string(out))
-	if err != nil || dev == "" {
-		return "", false
+	if exitCode(err) == blkidNothingFound && len(bytes.TrimSpace(out)) == 0 {
+		return "", false, nil
 	}
-	return dev, true
+	if err != nil {
+		return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, err)
+	}
+	dev := strings.TrimSpace(string(out))
+	return dev, dev != "", nil
 }
 
 // Mount mounts dev on MountPoint and binds every persistent path onto a

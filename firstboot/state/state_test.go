@@ -102,3 +102,148 @@ func TestTargetForPrefersTheDiskTheConfigLabels(t *testing.T) {
 		t.Fatalf("diskless TargetFor ok=%v err=%v, want no target", ok, err)
 	}
 }
+
+// exitStatus is a command that ran and failed, as exec reports it.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitStatus) ExitCode() int { return int(e) }
+
+type answer struct {
+	out string
+	err error
+}
+
+// scriptedRunner answers the command lines it is given and, like a blank
+// disk, "nothing found" (blkid's exit status 2) to any other blkid; every
+// other command succeeds. It records what ran.
+type scriptedRunner struct {
+	answers map[string]answer
+	cmds    []string
+}
+
+func (r *scriptedRunner) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	line := strings.Join(append([]string{name}, args...), " ")
+	r.cmds = append(r.cmds, line)
+	if a, ok := r.answers[line]; ok {
+		return []byte(a.out), a.err
+	}
+	if name == "blkid" {
+		return nil, exitStatus(2)
+	}
+	return nil, nil
+}
+
+func (r *scriptedRunner) ran(prefixes ...string) []string {
+	var out []string
+	for _, c := range r.cmds {
+		for _, p := range prefixes {
+			if strings.HasPrefix(c, p) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func probeCmd(tag, dev string) string { return "blkid -p -o value -s " + tag + " " + dev }
+
+// diskRoot is a node root with /dev/vda and, as udev would show the new
+// state partition, /dev/vda1 behind its by-partlabel link.
+func diskRoot(t *testing.T) string {
+	root := t.TempDir()
+	for _, p := range []string{"dev/vda", "dev/vda1"} {
+		write(t, root, p, "")
+	}
+	links := filepath.Join(root, "dev/disk/by-partlabel")
+	if err := os.MkdirAll(links, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../vda1", filepath.Join(links, Label)); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func write(t *testing.T, root, p, data string) {
+	t.Helper()
+	full := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A probe that fails is not a blank disk: the agent stops, naming the
+// device, before anything that writes to it.
+func TestCreateStopsWhenAProbeFails(t *testing.T) {
+	destructive := []string{"sgdisk", "mkfs", "wipefs"}
+	tests := []struct {
+		name      string
+		disk      string
+		answers   map[string]answer
+		wantErr   string   // "" for success
+		forbidden []string // commands that must not run
+	}{
+		{name: "blank disk: exit status 2 is nothing found", disk: "/dev/vda"},
+		{"usage or permission error", "/dev/vda", map[string]answer{probeCmd("PTTYPE", "/dev/vda"): {"", exitStatus(4)}}, "/dev/vda", destructive},
+		{"ambiguous signatures", "/dev/vda", map[string]answer{probeCmd("PTTYPE", "/dev/vda"): {"", exitStatus(8)}}, "/dev/vda", destructive},
+		{"blkid missing", "/dev/vda", map[string]answer{probeCmd("PTTYPE", "/dev/vda"): {"", exec.ErrNotFound}}, "/dev/vda", destructive},
+		{"nothing found, but blkid could not open the disk", "/dev/vda",
+			map[string]answer{probeCmd("PTTYPE", "/dev/vda"): {"blkid: error: /dev/vda: Permission denied\n", exitStatus(2)}}, "/dev/vda", destructive},
+		{"the disk does not exist: blkid -p says nothing found", "/dev/vdz", nil, "/dev/vdz", destructive},
+		{"no table, and the filesystem probe fails", "/dev/vda", map[string]answer{probeCmd("TYPE", "/dev/vda"): {"", exitStatus(4)}}, "/dev/vda", destructive},
+		{"the new partition's probe fails", "/dev/vda", map[string]answer{
+			probeCmd("PTTYPE", "/dev/vda"): {"gpt\n", nil},
+			probeCmd("TYPE", "/dev/vda1"):  {"", exitStatus(8)},
+		}, "/dev/vda1", []string{"mkfs", "wipefs"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &scriptedRunner{answers: tc.answers}
+			m := &Manager{Root: diskRoot(t), Sys: r}
+			dev, err := m.Create(context.Background(), Target{Disk: tc.disk})
+			if tc.wantErr == "" {
+				if err != nil || dev != "/dev/vda1" || len(r.ran("mkfs.ext4")) != 1 {
+					t.Fatalf("Create = %q, %v; want /dev/vda1 formatted (commands %q)", dev, err, r.cmds)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Create = %q, %v; want an error naming %s", dev, err, tc.wantErr)
+			}
+			if got := r.ran(tc.forbidden...); len(got) > 0 {
+				t.Fatalf("ran %q after a failed probe", got)
+			}
+		})
+	}
+}
+
+func TestFindTellsNoStateFromAFailedLookup(t *testing.T) {
+	lookup := "blkid -L " + Label
+	tests := []struct {
+		name    string
+		answer  answer
+		wantDev string
+		wantErr bool
+	}{
+		{"found", answer{"/dev/vda3\n", nil}, "/dev/vda3", false},
+		{"no such label", answer{"", exitStatus(2)}, "", false},
+		{"blkid fails", answer{"", exitStatus(4)}, "", true},
+		{"blkid missing", answer{"", exec.ErrNotFound}, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{Root: t.TempDir(), Sys: &scriptedRunner{answers: map[string]answer{lookup: tc.answer}}}
+			dev, ok, err := m.Find(context.Background())
+			if dev != tc.wantDev || ok != (tc.wantDev != "") || (err != nil) != tc.wantErr {
+				t.Fatalf("Find = %q, %v, %v", dev, ok, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), Label) {
+				t.Errorf("error %q does not say what was looked for", err)
+			}
+		})
+	}
+}

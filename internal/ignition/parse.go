@@ -13,6 +13,14 @@ import (
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 )
 
+// StateLabel names the node's state partition and its filesystem
+// (docs/architecture.md): the one part of storage.disks and
+// storage.filesystems kiln applies.
+const StateLabel = "KILN-STATE"
+
+// StateDevice is how a config names the state filesystem's device.
+const StateDevice = "/dev/disk/by-partlabel/" + StateLabel
+
 // InvalidError is a config that does not parse or validate. Report holds
 // one line per problem, each with its field path.
 type InvalidError struct {
@@ -40,27 +48,9 @@ func Parse(raw []byte) (types.Config, []string, error) {
 	if err != nil {
 		return types.Config{}, lines, &InvalidError{Report: lines, Err: err}
 	}
-	if err := unsupported(cfg); err != nil {
-		return types.Config{}, lines, &InvalidError{Report: append(lines, err.Error()), Err: err}
+	if problems := unsupported(cfg); len(problems) > 0 {
+		lines = append(lines, problems...)
+		return types.Config{}, lines, &InvalidError{Report: lines, Err: errors.New(strings.Join(problems, "; "))}
 	}
 	return cfg, lines, nil
-}
-
-// unsupported rejects the parts of the spec kiln does not apply, rather
-// than silently ignoring them.
-func unsupported(c types.Config) error {
-	var parts []string
-	if len(c.Storage.Luks) > 0 {
-		parts = append(parts, "storage.luks")
-	}
-	if len(c.Storage.Raid) > 0 {
-		parts = append(parts, "storage.raid")
-	}
-	if len(c.KernelArguments.ShouldExist)+len(c.KernelArguments.ShouldNotExist) > 0 {
-		parts = append(parts, "kernelArguments")
-	}
-	if len(parts) > 0 {
-		return fmt.Errorf("kiln does not apply %s (the image is immutable; put this in the image spec)", strings.Join(parts, ", "))
-	}
-	return nil
 }
