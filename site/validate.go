@@ -477,6 +477,11 @@ func refuseControlPlaneLabels(l *validation.List, p validation.Path, labels map[
 			l.Addf(p.Field(k).String(), "marks the control plane, which a worker is not part of: only a master's own join sets it")
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if strings.HasPrefix(k, "node-restriction.kubernetes.io/") {
+			l.Addf(p.Field(k).String(), "node-restriction.kubernetes.io/ labels mark isolation, so kiln never applies them on a worker's own request: set them with kubectl label")
+		}
+	}
 }
 
 var sshKeyTypes = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
