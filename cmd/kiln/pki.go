@@ -104,7 +104,7 @@ func newPKIRenewCmd() *cobra.Command {
 		Short: "Renew leaf certificates close to expiry under the same CAs",
 		Long: `Re-issue every leaf certificate of the site that expires within the given
 time: a new key and certificate under the same CA, with the site's current
-names and lifetime. The old pair is moved to DIR/backup/<time>/ first. CAs are
+names and lifetime. The old pair is copied to DIR/backup/<time>/ first, then replaced. CAs are
 not renewed. Then run kiln gen to put the new certificates in the configs.`,
 		Example: `  kiln pki renew -f site.yaml --pki pki/ --within 30d`,
 		Args:    cobra.NoArgs,
