@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 )
 
 // Where kiln gen's files land on a node: this file, the node's PKI files
@@ -94,4 +96,23 @@ func Read(path string) (*NodeFile, error) {
 		return nil, fmt.Errorf("%s: name and role are required", path)
 	}
 	return &f, nil
+}
+
+// ControlPlaneLabels mark a Node as a master, which draws the control
+// plane's DaemonSets to it: only a master's own join sets them.
+var ControlPlaneLabels = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+
+// RefusedWorkerLabel says why a worker may not carry the label key, "" when
+// it may. A worker's labels that its kubelet may not set reach its Node at
+// its own request (package nodelabels), so kiln gen refuses, and a master
+// never applies, those that would let a node's claim draw the control
+// plane or isolated workloads to it.
+func RefusedWorkerLabel(key string) string {
+	switch {
+	case slices.Contains(ControlPlaneLabels, key):
+		return "marks the control plane, which only a master's own join sets"
+	case strings.HasPrefix(key, "node-restriction.kubernetes.io/"):
+		return "node-restriction.kubernetes.io/ labels mark isolation and are an administrator's to set with kubectl label, never a node's own request"
+	}
+	return ""
 }

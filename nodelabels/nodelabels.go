@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // Annotation holds a Node's requested labels, as a JSON object.
@@ -46,18 +48,12 @@ func KubeletMaySet(key string) bool {
 	return true
 }
 
-// refused are the keys a request never gets: they would draw the control
-// plane's pods or isolated workloads to a node by its own claim.
-var refused = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
-
 // Applicable reports whether a master applies the requested key, and why not.
 func Applicable(key string) (bool, string) {
-	switch {
-	case slices.Contains(refused, key):
-		return false, "marks the control plane, which only a master's own join sets"
-	case strings.HasPrefix(key, "node-restriction.kubernetes.io/"):
-		return false, "node-restriction.kubernetes.io/ labels mark isolation and are set by an administrator only"
-	case KubeletMaySet(key):
+	if why := nodefile.RefusedWorkerLabel(key); why != "" {
+		return false, why
+	}
+	if KubeletMaySet(key) {
 		return false, "the kubelet sets it itself"
 	}
 	return true, ""

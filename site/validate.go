@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/validation"
 	"golang.org/x/crypto/ssh"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -223,7 +224,7 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		validateInstallDisk(l, p.Field("installDisk"), n)
 		validateLabels(l, p.Field("labels"), n.Labels)
 		if n.Role == RoleWorker {
-			refuseControlPlaneLabels(l, p.Field("labels"), n.Labels)
+			refuseWorkerLabels(l, p.Field("labels"), n.Labels)
 		}
 		for j, t := range n.Taints {
 			tp := p.Field("taints").Index(j)
@@ -466,20 +467,10 @@ func validateLabels(l *validation.List, p validation.Path, labels map[string]str
 	}
 }
 
-// controlPlaneLabels mark a Node as a master, which draws the control
-// plane's DaemonSets to it; a master's own join sets them, and
-// nodelabels never applies them for a worker.
-var controlPlaneLabels = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
-
-func refuseControlPlaneLabels(l *validation.List, p validation.Path, labels map[string]string) {
-	for _, k := range controlPlaneLabels {
-		if _, set := labels[k]; set {
-			l.Addf(p.Field(k).String(), "marks the control plane, which a worker is not part of: only a master's own join sets it")
-		}
-	}
+func refuseWorkerLabels(l *validation.List, p validation.Path, labels map[string]string) {
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if strings.HasPrefix(k, "node-restriction.kubernetes.io/") {
-			l.Addf(p.Field(k).String(), "node-restriction.kubernetes.io/ labels mark isolation, so kiln never applies them on a worker's own request: set them with kubectl label")
+		if why := nodefile.RefusedWorkerLabel(k); why != "" {
+			l.Addf(p.Field(k).String(), "%s", why)
 		}
 	}
 }
