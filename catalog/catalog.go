@@ -91,16 +91,24 @@ func (c *Catalog) Manifests() manifests.Images {
 }
 
 // ForRole is the catalog of the images a node of the role (genesis,
-// master, worker) can run: what it imports.
-func (c *Catalog) ForRole(role string) *Catalog {
-	want := manifests.NodeImages(c.Manifests(), role)
-	out := &Catalog{KubernetesVersion: c.KubernetesVersion}
-	for _, im := range c.Images {
-		if slices.Contains(want, im.Ref) {
-			out.Images = append(out.Images, im)
+// master, worker) can run, in the order it imports them, and how many of
+// them the kubelet needs before it starts: the pause sandbox and the
+// images of the role's static pods (manifests.NodeImages).
+func (c *Catalog) ForRole(role string) (cat *Catalog, boot int) {
+	want, bootRefs := manifests.NodeImages(c.Manifests(), role)
+	cat = &Catalog{KubernetesVersion: c.KubernetesVersion}
+	for i, ref := range want {
+		for _, im := range c.Images {
+			if im.Ref == ref {
+				cat.Images = append(cat.Images, im)
+				if i < bootRefs {
+					boot = len(cat.Images)
+				}
+				break
+			}
 		}
 	}
-	return out
+	return cat, boot
 }
 
 // Refs lists every baked reference, sorted.

@@ -27,15 +27,20 @@ const Namespace = "k8s.io"
 const ImportedDir = "/var/lib/kiln/images-imported"
 
 // Import loads every archive containerd does not already hold from an
-// earlier import. The images live on the state partition, so a node
-// imports once and every later boot only checks.
-func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Writer) error {
+// earlier import, in the catalog's order. The images live on the state
+// partition, so a node imports once and every later boot only checks.
+// ready, when not nil, is called once the first boot images are in
+// containerd (ForRole's count): what the kubelet waits for.
+func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Writer, boot int, ready func()) error {
 	out, err := ctr.Run(ctx, "ctr", "-n", Namespace, "images", "ls")
 	if err != nil {
 		return fmt.Errorf("listing containerd's images: %w", err)
 	}
 	have := parseImageList(string(out))
-	for _, im := range c.Images {
+	for i, im := range c.Images {
+		if i == boot && ready != nil {
+			ready()
+		}
 		stamp := filepath.Join(root, ImportedDir, strings.TrimPrefix(im.Digest, "sha256:"))
 		if _, err := os.Stat(stamp); err == nil && have[im.Ref] != "" {
 			continue
@@ -48,6 +53,9 @@ func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Wr
 			return err
 		}
 		fmt.Fprintf(log, "imported %s (%s) in %s\n", im.Ref, im.Digest, time.Since(start).Round(time.Millisecond))
+	}
+	if boot >= len(c.Images) && ready != nil {
+		ready()
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func stampOf(root string, im Image) string {
 func TestImportOnceThenOnlyCheck(t *testing.T) {
 	root, c, ctr := importFixture(t)
 	var log bytes.Buffer
-	if err := c.Import(context.Background(), root, ctr, &log); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &log, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(ctr.imports) != len(c.Images) {
@@ -79,7 +79,7 @@ func TestImportOnceThenOnlyCheck(t *testing.T) {
 		}
 	}
 	ctr.imports = nil
-	if err := c.Import(context.Background(), root, ctr, &log); err != nil || len(ctr.imports) != 0 {
+	if err := c.Import(context.Background(), root, ctr, &log, 0, nil); err != nil || len(ctr.imports) != 0 {
 		t.Errorf("second boot imported %v (%v), want nothing", ctr.imports, err)
 	}
 }
@@ -88,14 +88,14 @@ func TestImportOnceThenOnlyCheck(t *testing.T) {
 // image without a stamp (an import cut short) are both imported again.
 func TestImportRedoesWhatIsNotBothStampedAndHeld(t *testing.T) {
 	root, c, ctr := importFixture(t)
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	wiped, unstamped := c.Images[0], c.Images[1]
 	delete(ctr.held, wiped.Ref)
 	os.Remove(stampOf(root, unstamped))
 	ctr.imports = nil
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{filepath.Join(root, wiped.Archive), filepath.Join(root, unstamped.Archive)}
@@ -108,7 +108,7 @@ func TestImportFailures(t *testing.T) {
 	t.Run("ls fails", func(t *testing.T) {
 		root, c, ctr := importFixture(t)
 		ctr.lsErr = errors.New("connection refused")
-		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{})
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil)
 		if !errors.Is(err, ctr.lsErr) || !strings.Contains(err.Error(), "listing containerd's images") {
 			t.Errorf("err = %v", err)
 		}
@@ -117,7 +117,7 @@ func TestImportFailures(t *testing.T) {
 		root, c, ctr := importFixture(t)
 		bad := c.Images[2]
 		ctr.broken[filepath.Join(root, bad.Archive)] = true
-		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{})
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil)
 		if err == nil || !strings.Contains(err.Error(), "importing "+bad.Ref+" from "+bad.Archive) {
 			t.Fatalf("err = %v, want it to name the image and its archive", err)
 		}
@@ -128,25 +128,52 @@ func TestImportFailures(t *testing.T) {
 }
 
 // A worker imports only the images it can run; a master all of them.
+// Either imports the pause sandbox first and its static pods' images
+// before the add-ons'.
 func TestForRole(t *testing.T) {
 	c := full()
 	for _, tc := range []struct {
-		role string
-		want []string
+		role       string
+		boot, rest []string
 	}{
-		{"genesis", Roles},
-		{"master", Roles},
-		{"worker", []string{CoreDNS, Kiln, Pause, Proxy}},
+		{"genesis", []string{Pause, Etcd, APIServer, ControllerManager, Scheduler, CoreDNS}, []string{Kiln, Proxy}},
+		{"master", []string{Pause, Etcd, APIServer, ControllerManager, Scheduler, CoreDNS}, []string{Kiln, Proxy}},
+		{"worker", []string{Pause, CoreDNS}, []string{Kiln, Proxy}},
 	} {
+		cat, boot := c.ForRole(tc.role)
 		var got []string
-		for _, im := range c.ForRole(tc.role).Images {
+		for _, im := range cat.Images {
 			got = append(got, im.Role)
 		}
-		slices.Sort(got)
-		want := slices.Clone(tc.want)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s imports %v, want %v", tc.role, got, want)
+		if boot > len(got) || !slices.Equal(got[:boot], tc.boot) || !slices.Equal(slices.Sorted(slices.Values(got[boot:])), tc.rest) {
+			t.Errorf("%s imports %v, the first %d before the kubelet; want %v then %v", tc.role, got, boot, tc.boot, tc.rest)
 		}
+	}
+}
+
+// The kubelet is let go once the images its static pods need are in, and
+// not before; a node with nothing left to import lets it go at once.
+func TestImportReadyAfterBootImages(t *testing.T) {
+	root, full, ctr := importFixture(t)
+	c, boot := full.ForRole("master")
+	readyAt := -1
+	ready := func() {
+		if readyAt != -1 {
+			t.Error("ready called twice")
+		}
+		readyAt = len(ctr.imports)
+	}
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, ready); err != nil {
+		t.Fatal(err)
+	}
+	if readyAt != boot || len(ctr.imports) != len(c.Images) {
+		t.Errorf("ready after %d of %d imports, want after %d", readyAt, len(ctr.imports), boot)
+	}
+	readyAt = -1
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, ready); err != nil {
+		t.Fatal(err)
+	}
+	if readyAt != len(c.Images) {
+		t.Errorf("second boot: ready after %d imports, want none left (%d)", readyAt, len(c.Images))
 	}
 }

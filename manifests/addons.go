@@ -271,17 +271,22 @@ func clusterDNS(p Params) []runtime.Object {
 // ReferencedImages lists every container image any manifest kiln renders
 // uses, for every role: what the builder checks against the baked images.
 func ReferencedImages(img Images) []string {
-	return nodeImages(img, func(corev1.PodSpec) bool { return true }, true)
+	refs, _ := nodeImages(img, func(corev1.PodSpec) bool { return true }, true)
+	return refs
 }
 
-// NodeImages lists the container images a node of the role can run: a
-// master's are all of them; a worker's are the node-local DNS, the
-// DaemonSets not held to masters, the Deployments (which may land on
-// any node) and the pause sandbox. A node imports only these at first
-// boot, which on a worker is less than half the archives.
-func NodeImages(img Images, role string) []string {
+// NodeImages lists the container images a node of the role can run, in
+// the order it imports them. A master's are all of them; a worker's are
+// the node-local DNS, the DaemonSets not held to masters, the Deployments
+// (which may land on any node) and the pause sandbox, less than half the
+// archives. The first boot of them are what the kubelet needs for the
+// node's static pods: the pause sandbox (no pod starts without it), then
+// on a master etcd, the apiserver, the controller-manager and the
+// scheduler, then the node-local DNS. The kubelet starts once those are
+// in; the add-ons' images follow while the control plane comes up.
+func NodeImages(img Images, role string) (refs []string, boot int) {
 	if role != nodefile.RoleWorker {
-		return ReferencedImages(img)
+		return nodeImages(img, func(corev1.PodSpec) bool { return true }, true)
 	}
 	onWorker := func(spec corev1.PodSpec) bool {
 		_, mastersOnly := spec.NodeSelector[MasterLabel]
@@ -291,11 +296,12 @@ func NodeImages(img Images, role string) []string {
 }
 
 // nodeImages collects the images of the pod specs runs keeps, the
-// control plane's static pods only with controlPlane, in first-seen order.
-func nodeImages(img Images, runs func(corev1.PodSpec) bool, controlPlane bool) []string {
+// control plane's static pods only with controlPlane, in first-seen
+// order after the pause sandbox; boot counts those of the static pods.
+func nodeImages(img Images, runs func(corev1.PodSpec) bool, controlPlane bool) (out []string, boot int) {
 	p := GenesisParams(sampleNode(), img)
-	seen := map[string]bool{}
-	var out []string
+	seen := map[string]bool{img.Pause: true}
+	out = []string{img.Pause} // the sandbox of every pod, named in the containerd config
 	add := func(spec corev1.PodSpec) {
 		if !runs(spec) {
 			return
@@ -314,6 +320,7 @@ func nodeImages(img Images, runs func(corev1.PodSpec) bool, controlPlane bool) [
 	for _, pod := range pods {
 		add(pod.Spec)
 	}
+	boot = len(out)
 	for _, o := range AddOns(p) {
 		switch o := o.(type) {
 		case *appsv1.DaemonSet:
@@ -322,8 +329,5 @@ func nodeImages(img Images, runs func(corev1.PodSpec) bool, controlPlane bool) [
 			add(o.Spec.Template.Spec)
 		}
 	}
-	if !seen[img.Pause] {
-		out = append(out, img.Pause) // the sandbox of every pod, named in the containerd config
-	}
-	return out
+	return out, boot
 }

@@ -164,26 +164,28 @@ func TestReferencedImages(t *testing.T) {
 	}
 }
 
-// A worker imports only the images it can run: no control-plane image,
-// but what its node-local DNS, the DaemonSets not held to masters and the
-// cluster DNS Deployment need.
+// A node imports the images it can run, the static pods' first: the pause
+// sandbox, then on a master the control plane in the order it starts,
+// then the node-local DNS; then the add-ons'. A worker has no
+// control-plane image, but what its node-local DNS, the DaemonSets not
+// held to masters and the cluster DNS Deployment need.
 func TestNodeImages(t *testing.T) {
-	all := ReferencedImages(testImages)
-	slices.Sort(all)
+	im := testImages
 	for _, tc := range []struct {
-		role string
-		want []string
+		role       string
+		boot, rest []string
 	}{
-		{nodefile.RoleGenesis, all},
-		{nodefile.RoleMaster, all},
-		{nodefile.RoleWorker, []string{testImages.CoreDNS, testImages.Kiln, testImages.Proxy, testImages.Pause}},
+		{nodefile.RoleGenesis, []string{im.Pause, im.Etcd, im.APIServer, im.ControllerManager, im.Scheduler, im.CoreDNS}, []string{im.Kiln, im.Proxy}},
+		{nodefile.RoleMaster, []string{im.Pause, im.Etcd, im.APIServer, im.ControllerManager, im.Scheduler, im.CoreDNS}, []string{im.Kiln, im.Proxy}},
+		{nodefile.RoleWorker, []string{im.Pause, im.CoreDNS}, []string{im.Kiln, im.Proxy}},
 	} {
-		got := NodeImages(testImages, tc.role)
-		slices.Sort(got)
-		want := slices.Clone(tc.want)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: images %v, want %v", tc.role, got, want)
+		got, boot := NodeImages(im, tc.role)
+		if !slices.Equal(got[:boot], tc.boot) {
+			t.Errorf("%s: images for the static pods %v, want %v", tc.role, got[:boot], tc.boot)
+		}
+		rest := slices.Sorted(slices.Values(got[boot:]))
+		if !slices.Equal(rest, tc.rest) {
+			t.Errorf("%s: the add-ons' images %v, want %v", tc.role, rest, tc.rest)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -70,7 +70,9 @@ func newImagesCmd() *cobra.Command {
 		Long: `Import the archives listed in /usr/lib/kiln/images.json into containerd's
 k8s.io namespace, skipping those imported before (containerd's store is on the
 state partition). A node imports the images its role (from /etc/kiln/node.json)
-can run: a worker has no control-plane image.`,
+can run: a worker has no control-plane image. The pause sandbox and the images
+of the node's static pods come first; then it tells systemd it is ready (the
+kubelet is ordered after it) and imports the add-ons' images.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := catalog.Read(root + catalog.Path)
@@ -81,7 +83,11 @@ can run: a worker has no control-plane image.`,
 			if err != nil {
 				return err
 			}
-			return cat.ForRole(node.Role).Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout())
+			mine, boot := cat.ForRole(node.Role)
+			// kiln-images.service is Type=notify: the kubelet, ordered
+			// after it, starts once its static pods' images are in.
+			ready := func() { daemon.SdNotify(false, daemon.SdNotifyReady) }
+			return mine.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout(), boot, ready)
 		},
 	}
 	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
@@ -189,33 +195,6 @@ func newCheckCmd() *cobra.Command {
 	serve.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
 	check.AddCommand(dns, httpGet, serve)
 	return check
-}
-
-// newPauseCmd is the sandbox process of every pod (the pause image is
-// the kiln binary): it sleeps, reaps orphans, and exits on a signal.
-func newPauseCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "pause",
-		Short:  "Hold a pod's namespaces (the pod sandbox process)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
-			for s := range sigs {
-				if s != syscall.SIGCHLD {
-					return nil
-				}
-				for {
-					var ws unix.WaitStatus
-					if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 || err != nil {
-						break
-					}
-				}
-			}
-			return nil
-		},
-	}
 }
 
 func newAnchorCmd() *cobra.Command {
