@@ -319,31 +319,33 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 	}
 	// The kiln image runs the anchors and add-on helpers, kiln-net among
 	// them, which keeps routes and iptables rules: it carries the node's
-	// ip and nft iptables. The pause image is the same binary alone, as
-	// every pod's sandbox process.
-	kilnTag, err := fileTag(b.opts.KilnBinary)
-	if err != nil {
-		return nil, err
+	// ip and nft iptables.
+	if a, ok := archives[catalog.Kiln]; ok {
+		cat.Images = append(cat.Images, a)
+	} else {
+		kilnTag, err := fileTag(b.opts.KilnBinary)
+		if err != nil {
+			return nil, err
+		}
+		tools, err := kilnNetFiles(b.rootfs)
+		if err != nil {
+			return nil, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", catalog.Kiln, err)
+		}
+		files := append([]ociimage.File{{Path: "/kiln", Source: b.opts.KilnBinary, Mode: 0o755}}, tools...)
+		packed, err := b.pack(catalog.Kiln, "kiln.local/kiln:"+kilnTag, files, []string{"/kiln"})
+		if err != nil {
+			return nil, err
+		}
+		cat.Images = append(cat.Images, packed)
 	}
-	kilnFiles := []ociimage.File{{Path: "/kiln", Source: b.opts.KilnBinary, Mode: 0o755}}
-	for _, im := range []struct {
-		role  string
-		entry []string
-		net   bool
-	}{{catalog.Kiln, []string{"/kiln"}, true}, {catalog.Pause, []string{"/kiln", "pause"}, false}} {
-		if a, ok := archives[im.role]; ok {
-			cat.Images = append(cat.Images, a)
-			continue
-		}
-		files := kilnFiles
-		if im.net {
-			tools, err := kilnNetFiles(b.rootfs)
-			if err != nil {
-				return nil, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", im.role, err)
-			}
-			files = append(append([]ociimage.File(nil), kilnFiles...), tools...)
-		}
-		packed, err := b.pack(im.role, "kiln.local/"+im.role+":"+kilnTag, files, im.entry)
+	// The pause image, every pod's sandbox process, is Debian's
+	// catatonit in pause mode: 0.7 MB, where a Go binary is tens of MB
+	// that every node imports before its first pod and every sandbox
+	// loads.
+	if a, ok := archives[catalog.Pause]; ok {
+		cat.Images = append(cat.Images, a)
+	} else {
+		packed, err := b.packPause()
 		if err != nil {
 			return nil, err
 		}
@@ -355,6 +357,21 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 		}
 	}
 	return cat, cat.Check()
+}
+
+// pauseBinary is where the catatonit package puts its static binary.
+const pauseBinary = "/usr/bin/catatonit"
+
+func (b *build) packPause() (catalog.Image, error) {
+	src := filepath.Join(b.rootfs, pauseBinary)
+	if _, err := os.Stat(src); err != nil {
+		return catalog.Image{}, fmt.Errorf("image %s: no %s in the root filesystem: the pause image is catatonit, add the catatonit package to packages (or give a pause archive under components.images)", catalog.Pause, pauseBinary)
+	}
+	tag, err := fileTag(src)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	return b.pack(catalog.Pause, "kiln.local/pause:"+tag, []ociimage.File{{Path: "/catatonit", Source: src, Mode: 0o755}}, []string{"/catatonit", "-P"})
 }
 
 func isRole(r string) bool {

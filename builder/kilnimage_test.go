@@ -1,10 +1,16 @@
 package builder
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/images"
 )
 
 // fakeNetRootfs gives rootfs what kiln-net's tools come from, laid out as
@@ -101,5 +107,41 @@ func TestLegacyIptablesIsRefused(t *testing.T) {
 	_, err := kilnNetFiles(rootfs)
 	if err == nil || !strings.Contains(err.Error(), "not the nft backend") {
 		t.Fatalf("got %v, want a refusal of the legacy backend", err)
+	}
+}
+
+// The pause image is the root filesystem's catatonit in pause mode; an
+// image without the package is refused with the way out, not packed
+// with something else.
+func TestPausePacksCatatonit(t *testing.T) {
+	rootfs := t.TempDir()
+	b := &build{rootfs: rootfs, opts: Options{Progress: io.Discard}, spec: &images.Spec{SourceDateEpoch: 1735689600}}
+	if _, err := b.packPause(); err == nil || !strings.Contains(err.Error(), "add the catatonit package to packages") {
+		t.Fatalf("without catatonit: %v, want the package named", err)
+	}
+	bin := filepath.Join(rootfs, pauseBinary)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("\x7fELF catatonit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	im, err := b.packPause()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.Role != catalog.Pause || !strings.HasPrefix(im.Ref, "kiln.local/pause:") || im.Archive != "/usr/lib/kiln/images/pause.tar" {
+		t.Errorf("packed %+v", im)
+	}
+	img, err := tarball.ImageFromPath(filepath.Join(rootfs, im.Archive), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Config.Entrypoint, " "); got != "/catatonit -P" {
+		t.Errorf("entrypoint %q, want /catatonit -P", got)
 	}
 }

@@ -83,6 +83,5 @@ func subcommands() []*cobra.Command {
 		newNetCmd(),
 		newAnchorCmd(),
 		newCheckCmd(),
-		newPauseCmd(),
 	}
 }
