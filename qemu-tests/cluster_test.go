@@ -61,6 +61,9 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgs["m1"] = withDockerProbe(t, cfgs["m1"], image)
+	for name := range cfgs {
+		cfgs[name] = withCPUReport(t, cfgs[name])
+	}
 	seg := segment(t)
 	var nodes []*clusterVM
 	for _, m := range cluster.Machines() {

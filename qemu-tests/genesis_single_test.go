@@ -31,7 +31,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgs := configs(t, cluster.GenesisSite(false))
-	cfgs["g1"] = withDockerProbe(t, cfgs["g1"], image)
+	cfgs["g1"] = withCPUReport(t, withDockerProbe(t, cfgs["g1"], image))
 	disk := filepath.Join(dir, "state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
 	port, err := cluster.FreePort()

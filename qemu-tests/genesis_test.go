@@ -42,21 +42,44 @@ func eventually(t *testing.T, what string, bound time.Duration, check func() err
 // (beside containerd 2, which the kubelet uses) and runs it, printing the
 // result and, on failure, Docker's last words to the console.
 func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
-	var c map[string]any
-	if err := json.Unmarshal(cfg, &c); err != nil {
-		t.Fatal(err)
-	}
 	script := "#!/bin/sh\nout=$( (docker load -i /usr/lib/kiln/images/kiln.tar && docker run --rm --network none " + image +
 		" --version) 2>&1 )\nif echo \"$out\" | grep -q '^kiln version'; then r=ok; else r=failed; fi\n" +
 		"echo \"probe: docker=$r\" > /dev/ttyS0\n[ $r = ok ] || echo \"$out\" | tail -3 > /dev/ttyS0\n"
 	unit := "[Unit]\nAfter=docker.service kiln-role.service\nRequires=docker.service\n[Service]\nType=oneshot\n" +
 		"ExecStart=/bin/sh /var/lib/kiln/docker-probe.sh\n[Install]\nWantedBy=multi-user.target\n"
+	return withScriptUnit(t, cfg, "kiln-test-docker.service", unit, "/var/lib/kiln/docker-probe.sh", script)
+}
+
+// withCPUReport, when KILN_CPU_REPORT is a number of seconds, adds a unit
+// that prints the guest's busiest processes by CPU time used so far to
+// the console at that interval: where a slow boot under TCG spends its
+// time. Off unless asked for.
+func withCPUReport(t *testing.T, cfg []byte) []byte {
+	every := os.Getenv("KILN_CPU_REPORT")
+	if every == "" {
+		return cfg
+	}
+	script := "#!/bin/sh\nwhile sleep " + every + "; do\n" +
+		"  { echo \"cpu-report: up $(cut -d' ' -f1 /proc/uptime)s load $(cut -d' ' -f1-3 /proc/loadavg)\"\n" +
+		"    ps -eo time=,etimes=,comm=,args= --sort=-time | head -14 | cut -c1-150 | sed 's/^/cpu-report: /'; } > /dev/ttyS0\ndone\n"
+	unit := "[Unit]\nDescription=kiln test: CPU report\n[Service]\nExecStart=/bin/sh /var/lib/kiln/cpu-report.sh\n" +
+		"[Install]\nWantedBy=multi-user.target\n"
+	return withScriptUnit(t, cfg, "kiln-test-cpu-report.service", unit, "/var/lib/kiln/cpu-report.sh", script)
+}
+
+// withScriptUnit adds a script and an enabled unit to an Ignition config.
+func withScriptUnit(t *testing.T, cfg []byte, name, unit, path, script string) []byte {
+	t.Helper()
+	var c map[string]any
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
 	storage, _ := c["storage"].(map[string]any)
 	if storage == nil {
 		storage = map[string]any{}
 	}
 	files, _ := storage["files"].([]any)
-	storage["files"] = append(files, map[string]any{"path": "/var/lib/kiln/docker-probe.sh", "mode": 0o755,
+	storage["files"] = append(files, map[string]any{"path": path, "mode": 0o755,
 		"contents": map[string]any{"source": "data:;base64," + base64.StdEncoding.EncodeToString([]byte(script))}})
 	c["storage"] = storage
 	sd, _ := c["systemd"].(map[string]any)
@@ -64,7 +87,7 @@ func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
 		sd = map[string]any{}
 	}
 	units, _ := sd["units"].([]any)
-	sd["units"] = append(units, map[string]any{"name": "kiln-test-docker.service", "enabled": true, "contents": unit})
+	sd["units"] = append(units, map[string]any{"name": name, "enabled": true, "contents": unit})
 	c["systemd"] = sd
 	return mustJSON(t, c)
 }
