@@ -134,7 +134,12 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	if len(t.Tags) > 0 {
 		args = append(args, "-tags", strings.Join(t.Tags, ","))
 	}
-	if err := b.run(ctx, work, append(args, t.programs()...)...); err != nil {
+	prog := &progress{log: b.log(), what: t.Name + " " + t.Version, total: b.countPackages(ctx, work, t), start: time.Now()}
+	stop := make(chan struct{})
+	go prog.every(progressEvery, stop)
+	err = b.runTo(ctx, work, prog, append(append(args, "-v"), t.programs()...)...)
+	close(stop)
+	if err != nil {
 		return nil, fmt.Errorf("%s %s: go build: %w", t.Name, t.Version, err)
 	}
 	for _, p := range t.programs() {
@@ -200,6 +205,17 @@ func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 const fetchParallelism = "16"
 
 func (b Builder) run(ctx context.Context, dir string, args ...string) error {
+	return b.runTo(ctx, dir, b.log(), args...)
+}
+
+// runTo runs the go command in dir with its output to w.
+func (b Builder) runTo(ctx context.Context, dir string, w io.Writer, args ...string) error {
+	cmd := b.command(ctx, dir, args...)
+	cmd.Stdout, cmd.Stderr = w, w
+	return cmd.Run()
+}
+
+func (b Builder) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	goCmd := b.Go
 	if goCmd == "" {
 		goCmd = "go"
@@ -210,8 +226,22 @@ func (b Builder) run(ctx context.Context, dir string, args ...string) error {
 	if args[0] == "mod" {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+fetchParallelism)
 	}
-	cmd.Stdout, cmd.Stderr = b.log(), b.log()
-	return cmd.Run()
+	return cmd
+}
+
+// countPackages is how many packages building t's programs involves, the
+// standard library's included (go list -deps): the most go build -v can
+// name. 0 when go list fails; the build then reports a bare count.
+func (b Builder) countPackages(ctx context.Context, dir string, t Target) int {
+	args := []string{"list", "-deps"}
+	if len(t.Tags) > 0 {
+		args = append(args, "-tags", strings.Join(t.Tags, ","))
+	}
+	out, err := b.command(ctx, dir, append(args, t.programs()...)...).Output()
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(out), "\n")
 }
 
 func (b Builder) log() io.Writer {
