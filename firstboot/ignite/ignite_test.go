@@ -355,3 +355,35 @@ func TestSymlinkOwnerIsApplied(t *testing.T) {
 		})
 	}
 }
+
+// Contents each within their own bound can still add up to more than a
+// node should hold in memory: the config as a whole is bounded too, and
+// the error names the file and field where the total went over.
+func TestPlanContentsAreBoundedTogether(t *testing.T) {
+	defer func(old int64) { maxPlan = old }(maxPlan)
+	maxPlan = 2048
+	data := func(n int) string {
+		return `{"source":"data:;base64,` + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", n))) + `"}`
+	}
+	file := func(path, fields string) string { return `{"path":"` + path + `",` + fields + `}` }
+	tests := []struct {
+		name, files, wantErr string
+	}{
+		{"at the bound", file("/a", `"contents":`+data(1024)) + `,` + file("/b", `"contents":`+data(1024)), ""},
+		{"over in the second file", file("/a", `"contents":`+data(1024)) + `,` + file("/b", `"contents":`+data(1025)),
+			"storage.files[1] (/b): contents: the config's file contents add up to more than 2048 bytes"},
+		{"over in an append", file("/a", `"contents":`+data(2000)+`,"append":[`+data(10)+`,`+data(100)+`]`),
+			"storage.files[0] (/a): append[1]: the config's file contents add up to more than 2048 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := plan(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[`+tc.files+`]}}`)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("NewPlan: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+				t.Fatalf("NewPlan: %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -54,6 +54,11 @@ type Link struct {
 	Hard   bool
 }
 
+// maxPlan bounds the file contents of one config together, once fetched
+// and decompressed: the plan holds them in memory until it is applied,
+// and each content alone may be up to maxDecompressed.
+var maxPlan int64 = 512 << 20
+
 // NewPlan resolves every content of cfg: data URLs are decoded, remote
 // sources fetched, hashes verified, gzip undone.
 func NewPlan(ctx context.Context, cfg types.Config, f Fetcher) (*Plan, error) {
@@ -61,16 +66,29 @@ func NewPlan(ctx context.Context, cfg types.Config, f Fetcher) (*Plan, error) {
 	for _, d := range cfg.Storage.Directories {
 		p.Dirs = append(p.Dirs, Dir{Node: node(d.Node), Mode: mode(d.Mode, 0o755)})
 	}
+	var total int64
+	held := func(i int, path, field string, data []byte) error {
+		if total += int64(len(data)); total > maxPlan {
+			return fmt.Errorf("storage.files[%d] (%s): %s: the config's file contents add up to more than %s", i, path, field, sizeString(maxPlan))
+		}
+		return nil
+	}
 	for i, fl := range cfg.Storage.Files {
 		pf := File{Node: node(fl.Node), Mode: mode(fl.Mode, 0o644), HasContents: fl.Contents.Source != nil}
 		var err error
 		if pf.Contents, err = resolve(ctx, f, fl.Contents); err != nil {
 			return nil, fmt.Errorf("storage.files[%d] (%s): contents: %w", i, fl.Path, err)
 		}
+		if err := held(i, fl.Path, "contents", pf.Contents); err != nil {
+			return nil, err
+		}
 		for j, a := range fl.Append {
 			data, err := resolve(ctx, f, a)
 			if err != nil {
 				return nil, fmt.Errorf("storage.files[%d] (%s): append[%d]: %w", i, fl.Path, j, err)
+			}
+			if err := held(i, fl.Path, fmt.Sprintf("append[%d]", j), data); err != nil {
+				return nil, err
 			}
 			pf.Append = append(pf.Append, data)
 		}
