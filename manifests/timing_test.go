@@ -181,3 +181,18 @@ func TestStartupProbes(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet's flags follow the profile; a node file without one, or
+// with a name that slipped past validation, gets the default's.
+func TestKubeletFlagsFollowTheTiming(t *testing.T) {
+	for name, want := range map[string]string{
+		"":        "--housekeeping-interval=10s",
+		"default": "--housekeeping-interval=10s",
+		"slow":    "--housekeeping-interval=30s",
+		"bogus":   "--housekeeping-interval=10s",
+	} {
+		if got := TimingFor(name).KubeletFlags(); len(got) != 1 || got[0] != want {
+			t.Errorf("timing %q: kubelet flags %v, want [%s]", name, got, want)
+		}
+	}
+}

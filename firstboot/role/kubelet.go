@@ -12,7 +12,8 @@ import (
 
 // kubeletEnv is the kubelet's per-node arguments: its address and name,
 // the site's labels a kubelet may set on itself, and the site's taints,
-// registered with the Node so no pod lands before them.
+// registered with the Node so no pod lands before them, and the flags
+// of the site's timing profile.
 func (n *Node) kubeletEnv() string {
 	args := []string{"--node-ip=" + n.file.Address, "--hostname-override=" + n.file.Name}
 	labels := []string{manifests.RoleLabel + "=" + n.file.Role}
@@ -29,6 +30,7 @@ func (n *Node) kubeletEnv() string {
 		}
 		args = append(args, "--register-with-taints="+strings.Join(taints, ","))
 	}
+	args = append(args, manifests.TimingFor(n.file.Cluster.Timing).KubeletFlags()...)
 	return "KUBELET_ARGS=" + strings.Join(args, " ") + "\n"
 }
 

@@ -215,7 +215,7 @@ func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
 		t.Errorf("host resolv.conf: %q", resolv)
 	}
 	env, _ := os.ReadFile(filepath.Join(root, "/etc/kiln/kubelet.env"))
-	if !strings.Contains(string(env), "--node-ip=10.0.2.52 --hostname-override=w1 --node-labels=kiln.dev/role=worker") {
+	if !strings.Contains(string(env), "--node-ip=10.0.2.52 --hostname-override=w1 --node-labels=kiln.dev/role=worker") || !strings.Contains(string(env), " --housekeeping-interval=10s\n") {
 		t.Errorf("kubelet.env: %q", env)
 	}
 	if len(sys.calls) != 1 || sys.calls[0] != "systemctl start --no-block kubelet.service" {
