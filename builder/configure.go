@@ -63,10 +63,16 @@ omit_dracutmodules+=" plymouth btrfs mdraid lvm multipath iscsi nfs crypt dmraid
 add_drivers+=" squashfs overlay loop isofs sr_mod cdrom virtio_blk virtio_scsi virtio_net virtio_pci virtio_console ahci ata_piix e1000 e1000e qemu_fw_cfg ext4 vfat nls_cp437 nls_iso8859_1 "
 `
 
-// unitsEnabled and unitsMasked shape what runs on an immutable node.
+// unitsEnabled, unitsDisabled and unitsMasked shape what runs on an
+// immutable node. Docker starts on its first use, through its socket:
+// the kubelet talks to containerd, and an idle dockerd started at boot
+// took CPU from the first boot's image import and control plane.
+// (docker.service is disabled before docker.socket is enabled: its
+// [Install] section names the socket with Also=.)
 var (
-	unitsEnabled = []string{"systemd-networkd.service", "systemd-timesyncd.service", "containerd.service", "docker.service"}
-	unitsMasked  = []string{"apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_reap.service"}
+	unitsDisabled = []string{"docker.service"}
+	unitsEnabled  = []string{"systemd-networkd.service", "systemd-timesyncd.service", "containerd.service", "docker.socket"}
+	unitsMasked   = []string{"apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_reap.service"}
 )
 
 // configureNode turns the installed base into a kiln node: no baked host
@@ -86,6 +92,9 @@ func (b *build) configureNode(ctx context.Context) error {
 		return err
 	}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if err := b.chroot(ctx, env, "systemctl", append([]string{"disable", "--quiet"}, unitsDisabled...)...); err != nil {
+		return err
+	}
 	if err := b.chroot(ctx, env, "systemctl", append([]string{"enable", "--quiet"}, unitsEnabled...)...); err != nil {
 		return err
 	}
