@@ -111,8 +111,12 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 	pods := kube.CoreV1().Pods(pod.Namespace)
 	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	err := Wait(ctx, "creating pod "+pod.Name, bound, nil, func(ctx context.Context) error {
-		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-		return err
+		// A create the apiserver took but answered too late for the
+		// client is found on the retry.
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, "", err

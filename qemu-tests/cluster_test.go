@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -123,9 +124,10 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 	t.Helper()
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("survives-power-cut-%d", cut)}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
-	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createEventually(t, "ConfigMap "+cm.Name, func() error {
+		_, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	})
 	// The write was acknowledged once a quorum of etcd had it: every
 	// plug is pulled at once, and every machine boots again with no
 	// config, in no particular order.
@@ -280,16 +282,16 @@ func checkPodNetwork(t *testing.T, kube kubernetes.Interface, image string) {
 		}
 		return nil
 	})
-	if _, err := pods.Create(ctx, echo, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createEventually(t, "the echo pod", func() error {
+		_, err := pods.Create(ctx, echo, metav1.CreateOptions{})
+		return err
+	})
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"}, Spec: corev1.ServiceSpec{
 		Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	if _, err := kube.CoreV1().Services("default").Get(ctx, "echo", metav1.GetOptions{}); err != nil {
-		if _, err := kube.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createEventually(t, "the echo Service", func() error {
+		_, err := kube.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	})
 	var echoIP string
 	eventually(t, "the echo pod running on m1", 10*time.Minute, func() error {
 		p, err := pods.Get(ctx, echo.Name, metav1.GetOptions{})
@@ -338,6 +340,19 @@ func checkDiscoveryFromWorker(t *testing.T, kube kubernetes.Interface, image str
 		_, logs := runCheckPod(t, kube, pod)
 		if !strings.Contains(logs, "10.77.0.11") || !strings.Contains(logs, "10.77.0.12") {
 			return fmt.Errorf("w1's node-local DNS: %q", logs)
+		}
+		return nil
+	})
+}
+
+// createEventually retries a create the loaded apiserver times out on;
+// one it took but answered too late for the client is found on the retry
+// (AlreadyExists), so the create counts as done.
+func createEventually(t *testing.T, what string, create func() error) {
+	t.Helper()
+	eventually(t, "creating "+what, 5*time.Minute, func() error {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
 		}
 		return nil
 	})
