@@ -317,39 +317,21 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 		}
 		cat.Images = append(cat.Images, im)
 	}
-	// The kiln image runs the anchors and add-on helpers, kiln-net among
-	// them, which keeps routes and iptables rules: it carries the node's
-	// ip and nft iptables.
-	if a, ok := archives[catalog.Kiln]; ok {
-		cat.Images = append(cat.Images, a)
-	} else {
-		kilnTag, err := fileTag(b.opts.KilnBinary)
+	// The images kiln packs from its own binary and from the root
+	// filesystem, unless the spec gives their archives.
+	for _, own := range []struct {
+		role string
+		pack func() (catalog.Image, error)
+	}{{catalog.Kiln, b.packKiln}, {catalog.Pause, b.packPause}} {
+		if a, ok := archives[own.role]; ok {
+			cat.Images = append(cat.Images, a)
+			continue
+		}
+		im, err := own.pack()
 		if err != nil {
 			return nil, err
 		}
-		tools, err := kilnNetFiles(b.rootfs)
-		if err != nil {
-			return nil, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", catalog.Kiln, err)
-		}
-		files := append([]ociimage.File{{Path: "/kiln", Source: b.opts.KilnBinary, Mode: 0o755}}, tools...)
-		packed, err := b.pack(catalog.Kiln, "kiln.local/kiln:"+kilnTag, files, []string{"/kiln"})
-		if err != nil {
-			return nil, err
-		}
-		cat.Images = append(cat.Images, packed)
-	}
-	// The pause image, every pod's sandbox process, is Debian's
-	// catatonit in pause mode: 0.7 MB, where a Go binary is tens of MB
-	// that every node imports before its first pod and every sandbox
-	// loads.
-	if a, ok := archives[catalog.Pause]; ok {
-		cat.Images = append(cat.Images, a)
-	} else {
-		packed, err := b.packPause()
-		if err != nil {
-			return nil, err
-		}
-		cat.Images = append(cat.Images, packed)
+		cat.Images = append(cat.Images, im)
 	}
 	for role, a := range archives {
 		if !isRole(role) {
@@ -359,6 +341,26 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 	return cat, cat.Check()
 }
 
+// packKiln packs the kiln image, which runs the anchors and the add-on
+// helpers, kiln-net among them: kiln-net keeps routes and iptables
+// rules, so the image carries the node's ip and nft iptables.
+func (b *build) packKiln() (catalog.Image, error) {
+	tag, err := fileTag(b.opts.KilnBinary)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	tools, err := kilnNetFiles(b.rootfs)
+	if err != nil {
+		return catalog.Image{}, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", catalog.Kiln, err)
+	}
+	files := append([]ociimage.File{{Path: "/kiln", Source: b.opts.KilnBinary, Mode: 0o755}}, tools...)
+	return b.pack(catalog.Kiln, "kiln.local/kiln:"+tag, files, []string{"/kiln"})
+}
+
+// The pause image, every pod's sandbox process, is Debian's catatonit in
+// pause mode: 0.7 MB, where a Go binary is tens of MB that every node
+// imports before its first pod and every sandbox loads.
+//
 // pauseBinary is where the catatonit package puts its static binary.
 const pauseBinary = "/usr/bin/catatonit"
 

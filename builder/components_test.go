@@ -68,6 +68,7 @@ func (f releaseFixture) build(t *testing.T) *build {
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	os.MkdirAll(rootfs, 0o755)
 	fakeNetRootfs(t, rootfs) // the kiln image carries kiln-net's ip and iptables
+	fakeCatatonit(t, rootfs) // the pause image
 	return &build{opts: Options{KilnBinary: filepath.Join(f.dir, "kiln"), CacheDir: t.TempDir(), Progress: io.Discard}, spec: f.spec,
 		rootfs: rootfs, work: t.TempDir()}
 }

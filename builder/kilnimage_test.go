@@ -110,6 +110,18 @@ func TestLegacyIptablesIsRefused(t *testing.T) {
 	}
 }
 
+// fakeCatatonit puts a stand-in for Debian's catatonit into rootfs.
+func fakeCatatonit(t *testing.T, rootfs string) {
+	t.Helper()
+	bin := filepath.Join(rootfs, pauseBinary)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("\x7fELF catatonit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The pause image is the root filesystem's catatonit in pause mode; an
 // image without the package is refused with the way out, not packed
 // with something else.
@@ -119,13 +131,7 @@ func TestPausePacksCatatonit(t *testing.T) {
 	if _, err := b.packPause(); err == nil || !strings.Contains(err.Error(), "add the catatonit package to packages") {
 		t.Fatalf("without catatonit: %v, want the package named", err)
 	}
-	bin := filepath.Join(rootfs, pauseBinary)
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, []byte("\x7fELF catatonit"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fakeCatatonit(t, rootfs)
 	im, err := b.packPause()
 	if err != nil {
 		t.Fatal(err)

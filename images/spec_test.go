@@ -40,8 +40,8 @@ func TestInvalidSpecsNameFieldAndReason(t *testing.T) {
 		{"typo in a key", repl("sourceDateEpoch:", "sourceDateEpock:"),
 			[]string{"sourceDateEpock: unknown field", "sourceDateEpoch: must be a positive"}},
 		{"wrong version", repl("kiln.dev/v1alpha1", "kiln.dev/v9"), []string{`apiVersion: must be "kiln.dev/v1alpha1"`}},
-		{"bad package name", repl("  - conntrack", "  - Conn Track"), []string{`packages[26]: "Conn Track" is not a Debian package name`}},
-		{"duplicate package", repl("  - conntrack", "  - runc"), []string{`packages[26]: "runc" is listed twice`}},
+		{"bad package name", repl("  - conntrack", "  - Conn Track"), []string{`packages[27]: "Conn Track" is not a Debian package name`}},
+		{"duplicate package", repl("  - conntrack", "  - runc"), []string{`packages[27]: "runc" is listed twice (also packages[20])`}},
 		{"unknown output", repl("[iso, raw, pxe]", "[iso, vhd]"), []string{`outputs[1]: "vhd" is not one of`}},
 		{"bad suite and arch together", func(s string) string {
 			return strings.NewReplacer("suite: bookworm", "suite: sid", "arch: amd64", "arch: s390x").Replace(s)
