@@ -143,8 +143,8 @@ func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	if !slices.Contains(log, "genesis: cluster already exists (m2 answers); joining as a master") {
 		t.Errorf("console: %q", log)
 	}
-	if len(sys.calls) != 0 {
-		t.Errorf("a genesis node of an existing cluster ran %v", sys.calls)
+	if !slices.Equal(sys.calls, []string{"systemctl is-active kiln-images.service"}) {
+		t.Errorf("a genesis node of an existing cluster ran %v, want only the look at its images", sys.calls)
 	}
 	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir)); !os.IsNotExist(err) {
 		t.Errorf("a genesis node of an existing cluster wrote static pods (%v)", err)
@@ -220,5 +220,40 @@ func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
 	}
 	if len(sys.calls) != 1 || sys.calls[0] != "systemctl start --no-block kubelet.service" {
 		t.Errorf("commands: %v", sys.calls)
+	}
+}
+
+// scripted answers systemctl is-active with the states in turn, as
+// systemctl does: the state on stdout, exit 0 only for active.
+type scripted struct{ states []string }
+
+func (s *scripted) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	state := s.states[0]
+	if len(s.states) > 1 {
+		s.states = s.states[1:]
+	}
+	if state == "active" {
+		return []byte(state + "\n"), nil
+	}
+	return []byte(state + "\n"), fmt.Errorf("%s %v: exit status 3", name, args)
+}
+
+// A joining master adds its learner only once its images are in; a
+// failed import ends the wait at once, naming where to look.
+func TestMasterWaitsForItsImages(t *testing.T) {
+	for _, tc := range []struct {
+		states  []string
+		bound   time.Duration
+		wantErr string
+	}{
+		{[]string{"activating", "activating", "active"}, 10 * time.Second, ""},
+		{[]string{"failed"}, 10 * time.Second, "kiln-images.service failed: journalctl -u kiln-images.service says why"},
+		{[]string{"activating"}, 3 * time.Second, "the node's images (kiln-images.service): gave up after 3s: kiln-images.service is activating"},
+	} {
+		n := &Node{Sys: &scripted{states: tc.states}, Wait: tc.bound, Log: func(string, ...any) {}}
+		err := n.waitImages(context.Background())
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%v: %v, want %q", tc.states, err, tc.wantErr)
+		}
 	}
 }
