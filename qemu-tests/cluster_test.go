@@ -44,7 +44,7 @@ type clusterVM struct {
 // boots them all again with no config, and checks it again.
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
-		t.Skip("the three-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): ~40 min under TCG on 2 cores, beyond CI's budget")
+		t.Skip("the three-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): 45-55 min under TCG on 2 cores, beyond CI's budget")
 	}
 	out := outDir(t)
 	dir := logDir(t, out)
