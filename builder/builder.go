@@ -2,7 +2,7 @@
 //
 // The pipeline is one list of numbered steps: base root filesystem
 // (debootstrap + apt, cached by content), node configuration, the kiln agent,
-// the components, the payload, the initramfs (dracut), the squashfs, the boot
+// the components, the payload, what the spec prunes, the initramfs (dracut), the squashfs, the boot
 // loaders, then one writer per requested artifact (ISO, raw disk, PXE) and
 // the manifest. Everything is
 // written into a staging directory beside the output and moved into place
@@ -40,6 +40,7 @@ type build struct {
 	run      Runner
 	work     string // scratch: root filesystem, boot trees
 	rootfs   string
+	baseKey  string // the cached base root filesystem's key
 	stage    string // artifacts before they are published
 	kver     string // kernel version found in the root filesystem
 	binaries []FileDigest
@@ -93,6 +94,7 @@ func pipeline() []step {
 		{name: "kiln agent", run: (*build).installAgent},
 		{name: "components", run: (*build).installComponents, skip: func(b *build) bool { return b.spec.Components == nil }},
 		{name: "payload", run: (*build).installPayload, skip: func(b *build) bool { return len(b.spec.Payload.Files) == 0 }},
+		{name: "prune", run: (*build).prune, skip: func(b *build) bool { return len(b.spec.Prune.Paths) == 0 }},
 		{name: "initramfs (dracut)", run: (*build).initramfs},
 		{name: "root squashfs", run: (*build).squashfs},
 		{name: "boot loaders", run: (*build).bootLoaders, skip: func(b *build) bool { return !b.spec.Wants(images.OutputISO) && !b.spec.Wants(images.OutputRaw) }},

@@ -104,7 +104,7 @@ func TestFailedBuildLeavesOutputUntouched(t *testing.T) {
 	if want := []string{"dpkg-query", "debootstrap"}; !slices.Equal(r.cmds, want) {
 		t.Errorf("the build ran %q, want %q through its Runner", r.cmds, want)
 	}
-	if !strings.Contains(progress.String(), "[1/12] base root filesystem: failed after") {
+	if !strings.Contains(progress.String(), "[1/13] base root filesystem: failed after") {
 		t.Errorf("progress does not report the failed step:\n%s", progress.String())
 	}
 	entries, _ := os.ReadDir(out)

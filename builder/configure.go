@@ -2,6 +2,8 @@ package builder
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,6 +52,16 @@ func nodeFiles() []file {
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
 	}
+}
+
+// nodeFilesDigest identifies nodeFiles' content: part of the initramfs
+// cache's recipe, since dracut may read these files without copying them.
+func nodeFilesDigest() string {
+	h := sha256.New()
+	for _, f := range nodeFiles() {
+		fmt.Fprintf(h, "%s %o %d\n%s", f.path, f.mode, len(f.data), f.data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // dracutConf builds one initramfs that finds the root on a CD, a disk

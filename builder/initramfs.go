@@ -10,29 +10,61 @@ import (
 
 // initramfs finds the image's one kernel and builds its dracut initramfs
 // (configured by /etc/dracut.conf.d/kiln.conf) into the work directory,
-// beside a copy of the kernel.
+// beside a copy of the kernel. An initramfs made from the same recipe and
+// ingredients (initrdcache.go) is taken from the cache instead.
 func (b *build) initramfs(ctx context.Context) error {
 	kver, err := kernelVersion(b.rootfs)
 	if err != nil {
 		return err
 	}
 	b.kver = kver
-	inImage := "/boot/kiln-initrd.img"
-	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", b.epochEnv, "LC_ALL=C.UTF-8"}
-	err = withChrootMounts(b.rootfs, nil, func() error {
-		return b.chroot(ctx, env, "dracut", "--quiet", "--force", "--kver", kver, inImage)
-	})
-	if err != nil {
-		return err
-	}
 	bootDir := filepath.Join(b.work, "boot")
 	if err := os.MkdirAll(bootDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.Rename(filepath.Join(b.rootfs, inImage), filepath.Join(bootDir, "initrd.img")); err != nil {
-		return fmt.Errorf("moving the initramfs out of the root: %w", err)
+	cache := initrdCache{dir: filepath.Join(b.opts.CacheDir, "initramfs")}
+	key, err := initrdRecipe(b.rootfs, kver, b.baseKey, []string{b.epochEnv, dracutConf, nodeFilesDigest()})
+	if err != nil {
+		return err
+	}
+	image, why := cache.lookup(key, b.rootfs)
+	if image != nil {
+		fmt.Fprintf(b.opts.Progress, "      cached initramfs %s\n", key[:12])
+	} else {
+		fmt.Fprintf(b.opts.Progress, "      dracut (about a minute): %s\n", why)
+		if image, err = b.dracut(ctx, kver); err != nil {
+			return err
+		}
+		ing, err := ingredients(b.rootfs, image)
+		if err != nil {
+			return err
+		}
+		if err := cache.store(key, image, ing); err != nil {
+			return fmt.Errorf("caching the initramfs: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bootDir, "initrd.img"), image, 0o644); err != nil {
+		return err
 	}
 	return copyFile(filepath.Join(b.rootfs, "boot", "vmlinuz-"+kver), filepath.Join(bootDir, "vmlinuz"), 0o644)
+}
+
+// dracut builds the initramfs inside the root filesystem and takes it out.
+func (b *build) dracut(ctx context.Context, kver string) ([]byte, error) {
+	inImage := "/boot/kiln-initrd.img"
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", b.epochEnv, "LC_ALL=C.UTF-8"}
+	err := withChrootMounts(b.rootfs, nil, func() error {
+		return b.chroot(ctx, env, "dracut", "--quiet", "--force", "--kver", kver, inImage)
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(b.rootfs, inImage)
+	image, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading the initramfs: %w", err)
+	}
+	return image, os.Remove(p)
 }
 
 // kernelVersion returns the version of the single kernel installed in rootfs.

@@ -26,6 +26,7 @@ func (b *build) baseRootfs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.baseKey = key
 	cached := filepath.Join(b.opts.CacheDir, "rootfs", key+".tar")
 	if _, err := os.Stat(cached); err == nil {
 		fmt.Fprintf(b.opts.Progress, "      cached base %s\n", shortPath(cached))

@@ -40,6 +40,7 @@ type Spec struct {
 	Outputs         []Output    `json:"outputs"`
 	SourceDateEpoch int64       `json:"sourceDateEpoch"`
 	Squashfs        Squashfs    `json:"squashfs"`
+	Prune           Prune       `json:"prune,omitempty"`
 
 	// Dir is the directory relative paths in the spec are resolved
 	// against (the spec file's directory); Hash is the sha256 of the
@@ -138,6 +139,18 @@ type NamedComponent struct {
 type Squashfs struct {
 	Compression string `json:"compression"`
 	Level       int    `json:"level,omitempty"`
+}
+
+// Prune lists what is removed from the root filesystem once every package,
+// component and payload file is in place, before the initramfs and the
+// squashfs are made from it: state no immutable node uses (apt's lists),
+// tools no node runs, kernel modules a server does not need. Paths are
+// absolute globs ("/usr/lib/modules/*/kernel/sound"); Keep names globs
+// under a pruned path that stay (a module, a locale), so an operator
+// keeps one thing without copying the whole list.
+type Prune struct {
+	Paths []string `json:"paths,omitempty"`
+	Keep  []string `json:"keep,omitempty"`
 }
 
 // Output is an artifact kind.

@@ -50,6 +50,7 @@ func (s *Spec) validate(l *validation.List) {
 	s.validatePayload(l)
 	s.validateComponents(l)
 	s.validateOutputs(l)
+	s.validatePrune(l)
 	if s.SourceDateEpoch <= 0 {
 		l.Addf("sourceDateEpoch", "must be a positive Unix time (it fixes every timestamp in the image)")
 	}
@@ -203,3 +204,57 @@ func (s *Spec) validateOutputs(l *validation.List) {
 }
 
 func dirOf(path string) string { return filepath.Dir(path) }
+
+// neverPruned are the directories a prune path may lie under but never be:
+// removing one would leave no system to boot.
+var neverPruned = []string{"/", "/bin", "/boot", "/etc", "/lib", "/lib64", "/sbin", "/usr", "/usr/bin", "/usr/lib", "/usr/sbin", "/var", "/usr/lib/modules", "/usr/lib/modules/*"}
+
+func (s *Spec) validatePrune(l *validation.List) {
+	for i, p := range s.Prune.Paths {
+		path := validation.Path("prune.paths").Index(i).String()
+		if err := checkGlob(p); err != nil {
+			l.Addf(path, "%v", err)
+		} else if slices.Contains(neverPruned, p) {
+			l.Addf(path, "%q would remove the system itself; name what under it to prune", p)
+		}
+	}
+	for i, k := range s.Prune.Keep {
+		path := validation.Path("prune.keep").Index(i).String()
+		if err := checkGlob(k); err != nil {
+			l.Addf(path, "%v", err)
+			continue
+		}
+		if !slices.ContainsFunc(s.Prune.Paths, func(p string) bool { return GlobWithin(k, p) }) {
+			l.Addf(path, "%q is not under any of prune.paths, so it is kept anyway", k)
+		}
+	}
+}
+
+func checkGlob(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("%q must be a clean absolute path (a glob)", p)
+	}
+	if _, err := filepath.Match(p, p); err != nil {
+		return fmt.Errorf("%q is not a valid glob: %v", p, err)
+	}
+	return nil
+}
+
+// GlobWithin reports whether every path glob inner matches lies at or under
+// some path glob outer matches, component by component: outer's
+// components match inner's leading ones. ("/a/*/c/d" is within "/a/*/c".)
+func GlobWithin(inner, outer string) bool {
+	in, out := strings.Split(inner, "/"), strings.Split(outer, "/")
+	if len(in) < len(out) {
+		return false
+	}
+	for i, o := range out {
+		if o == in[i] {
+			continue
+		}
+		if ok, err := filepath.Match(o, in[i]); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,104 @@
+package builder
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kiln-project/kiln/images"
+)
+
+func TestPruneTreeRemovesPathsAndKeepsWhatKeepNames(t *testing.T) {
+	files := []string{
+		"/var/lib/apt/lists/deb.debian.org_Packages",
+		"/var/lib/apt/extended_states",
+		"/usr/lib/modules/6.1.0-1-amd64/kernel/sound/core/snd.ko",
+		"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/drm.ko",
+		"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/ast/ast.ko",
+		"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko",
+		"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/net/virtio_net.ko",
+		"/usr/bin/containerd-shim",
+		"/usr/bin/containerd-shim-runc-v2",
+	}
+	tests := []struct {
+		name        string
+		prune       images.Prune
+		gone, stays []string
+		paths       int
+		modules     bool
+	}{
+		{
+			name:  "apt lists and a tool",
+			prune: images.Prune{Paths: []string{"/var/lib/apt/lists", "/usr/bin/containerd-shim"}},
+			gone:  []string{"/var/lib/apt/lists", "/usr/bin/containerd-shim"},
+			stays: []string{"/var/lib/apt/extended_states", "/usr/bin/containerd-shim-runc-v2", "/usr/lib/modules/6.1.0-1-amd64/kernel/sound/core/snd.ko"},
+			paths: 2,
+		},
+		{
+			name: "module directories by glob, keeping one driver and the drm core",
+			prune: images.Prune{
+				Paths: []string{"/usr/lib/modules/*/kernel/sound", "/usr/lib/modules/*/kernel/drivers/gpu"},
+				Keep:  []string{"/usr/lib/modules/*/kernel/drivers/gpu/drm/*.ko", "/usr/lib/modules/*/kernel/drivers/gpu/drm/ast"},
+			},
+			gone: []string{"/usr/lib/modules/6.1.0-1-amd64/kernel/sound", "/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/amd"},
+			stays: []string{"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/drm.ko", "/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/ast/ast.ko",
+				"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/net/virtio_net.ko"},
+			paths:   2,
+			modules: true,
+		},
+		{
+			name:  "a glob that matches nothing",
+			prune: images.Prune{Paths: []string{"/usr/sbin/ovrouter"}},
+			stays: files,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, f := range files {
+				p := filepath.Join(root, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(strings.Repeat("x", 100)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := pruneTree(root, tc.prune)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range tc.gone {
+				if _, err := os.Lstat(filepath.Join(root, g)); !os.IsNotExist(err) {
+					t.Errorf("%s is still there (err %v)", g, err)
+				}
+			}
+			for _, s := range tc.stays {
+				if _, err := os.Lstat(filepath.Join(root, s)); err != nil {
+					t.Errorf("%s was removed: %v", s, err)
+				}
+			}
+			var removed int64
+			for _, f := range files {
+				if _, err := os.Lstat(filepath.Join(root, f)); os.IsNotExist(err) {
+					removed += 100
+				}
+			}
+			if res.Paths != tc.paths || res.Bytes != removed || res.Modules != tc.modules {
+				t.Errorf("result = %+v, want %d paths, %d bytes, modules %v", res, tc.paths, removed, tc.modules)
+			}
+		})
+	}
+}
+
+func TestUnknownSymbolsNameModuleAndSymbol(t *testing.T) {
+	out := "depmod: WARNING: /usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/ast/ast.ko needs unknown symbol drm_mode_config_reset\n" +
+		"depmod: WARNING: could not open modules.order\n"
+	got := unknownSymbols(out)
+	want := []string{"kernel/drivers/gpu/drm/ast/ast.ko: drm_mode_config_reset"}
+	if !slices.Equal(got, want) {
+		t.Errorf("unknownSymbols = %q, want %q", got, want)
+	}
+}
