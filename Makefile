@@ -54,7 +54,7 @@ qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 
 cluster-test: image
-	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 100m -v -run TestClusterJoinsAndSurvivesPowerCut ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run TestClusterJoinsAndSurvivesPowerCut ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/

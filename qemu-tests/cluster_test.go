@@ -95,10 +95,12 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, n := range nodes[1:] {
 		waitDone(t, n, "joined")
 	}
-	checkWholeCluster(t, seg, kube, cfgs["m1"], image, time.Time{})
-	kubectlGetNodes(t, seg, admin)
-	checkPodNetwork(t, kube, image)
-	checkDiscoveryFromWorker(t, kube, image)
+	checkWholeCluster(t, seg, kube, cfgs["m1"], time.Time{})
+	parallelChecks(t, "joined",
+		namedCheck{"cluster DNS from w1", func(t *testing.T) { checkClusterDNS(t, kube, image) }},
+		namedCheck{"kubectl with admin.kubeconfig as written", func(t *testing.T) { kubectlGetNodes(t, seg, admin) }},
+		namedCheck{"pod network w1 to m1", func(t *testing.T) { checkPodNetwork(t, kube, image) }},
+		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFromWorker(t, kube, image) }})
 
 	for cut := 1; cut <= powerCuts(t); cut++ {
 		wholeClusterPowerCut(t, seg, kube, nodes, cfgs["m1"], image, cut)
@@ -162,8 +164,36 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 	if err != nil || got.Data["written"] != cm.Data["written"] {
 		t.Fatalf("the ConfigMap after power cut %d: %v %v", cut, got, err)
 	}
-	checkWholeCluster(t, seg, kube, m1cfg, image, restart)
-	checkPodNetwork(t, kube, image)
+	checkWholeCluster(t, seg, kube, m1cfg, restart)
+	parallelChecks(t, fmt.Sprintf("after power cut %d", cut),
+		namedCheck{"cluster DNS from w1", func(t *testing.T) { checkClusterDNS(t, kube, image) }},
+		namedCheck{"pod network w1 to m1", func(t *testing.T) { checkPodNetwork(t, kube, image) }})
+}
+
+// namedCheck is one check of a running cluster.
+type namedCheck struct {
+	name string
+	run  func(t *testing.T)
+}
+
+// parallelChecks runs checks side by side (their pods spend most of their
+// time waiting on loaded kubelets, not on the CPU) and stops the test
+// when one fails. make cluster-test gives go test -parallel room for them.
+func parallelChecks(t *testing.T, group string, checks ...namedCheck) {
+	t.Helper()
+	start := time.Now()
+	ok := t.Run(group, func(t *testing.T) {
+		for _, c := range checks {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				c.run(t)
+			})
+		}
+	})
+	if !ok {
+		t.FailNow()
+	}
+	t.Logf("checks %s: all passed in %s", group, time.Since(start).Round(time.Second))
 }
 
 // segment is the scenario's L2: a namespace with a bridge and a tap per
@@ -208,10 +238,10 @@ func waitDone(t *testing.T, n *clusterVM, how string) {
 	t.Logf("%s boot %d: %s (%s after power-on)", n.Name, n.Boot(), line, n.Uptime().Round(time.Second))
 }
 
-// checkWholeCluster: every Node Ready from a heartbeat since, every
-// kube-system pod running with containers started since, etcd with two
-// voting members and no learner, and cluster DNS answering in a pod.
-func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, m1cfg []byte, image string, since time.Time) {
+// checkWholeCluster: every Node Ready from a heartbeat since, w1 labelled,
+// every kube-system pod running with containers started since, and etcd
+// with two voting members and no learner.
+func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, m1cfg []byte, since time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	for _, name := range []string{"m1", "m2", "w1"} {
@@ -242,6 +272,12 @@ func checkWholeCluster(t *testing.T, seg *netns.Net, kube kubernetes.Interface, 
 		}
 		return nil
 	})
+}
+
+// checkClusterDNS: a pod on w1 resolves the kubernetes Service's name
+// through cluster DNS.
+func checkClusterDNS(t *testing.T, kube kubernetes.Interface, image string) {
+	t.Helper()
 	pod := clustercheck.CheckPod("dns-check", image, "w1", "dns", "--retry", "120s", serviceName)
 	if _, logs := runCheckPod(t, kube, pod); !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
 		t.Fatalf("cluster DNS from w1: %q", logs)
