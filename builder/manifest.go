@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,7 +29,54 @@ type Manifest struct {
 	Packages        []Package       `json:"packages"`
 	Binaries        []FileDigest    `json:"binaries"`
 	Images          []catalog.Image `json:"images,omitempty"`
+	Contents        []PartSize      `json:"contents"`
 	Artifacts       []FileDigest    `json:"artifacts"`
+}
+
+// PartSize is the uncompressed size of one part of the root filesystem,
+// so a growth shows in the manifest's diff.
+type PartSize struct {
+	Part  string `json:"part"`
+	Paths string `json:"paths"`
+	Bytes int64  `json:"bytes"`
+}
+
+// rootfsParts are the parts the manifest sizes, in order; a path counts in
+// the first part that names it, everything else in "the rest".
+var rootfsParts = []struct{ part, paths string }{
+	{"kernel modules", "/usr/lib/modules"},
+	{"firmware", "/usr/lib/firmware"},
+	{"container image archives", "/usr/lib/kiln/images"},
+	{"kubelet, kubectl, containerd (built)", "/usr/bin/kubelet /usr/bin/kubectl /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr"},
+	{"kiln agent", "/usr/bin/kiln"},
+	{"docker", "/usr/sbin/dockerd /usr/bin/docker /usr/bin/docker-proxy /usr/libexec/docker"},
+	{"apt and dpkg state", "/var/lib/apt /var/cache/apt /var/lib/dpkg"},
+	{"documentation and locales", "/usr/share/doc /usr/share/man /usr/share/locale /usr/share/i18n"},
+}
+
+// contentSizes sizes the root filesystem by rootfsParts.
+func contentSizes(rootfs string) ([]PartSize, error) {
+	out := make([]PartSize, 0, len(rootfsParts)+1)
+	for _, p := range rootfsParts {
+		var n int64
+		for _, path := range strings.Fields(p.paths) {
+			size, err := treeBytes(filepath.Join(rootfs, path))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("sizing %s: %w", path, err)
+			}
+			n += size
+		}
+		out = append(out, PartSize{Part: p.part, Paths: p.paths, Bytes: n})
+	}
+	total, err := treeBytes(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("sizing the root filesystem: %w", err)
+	}
+	rest := total
+	for _, p := range out {
+		rest -= p.Bytes
+	}
+	return append(out, PartSize{Part: "the rest", Paths: "/", Bytes: rest}), nil
 }
 
 // Package is one installed Debian package.
@@ -73,6 +122,9 @@ func (b *build) writeManifest(ctx context.Context) error {
 	sort.Slice(bins, func(i, j int) bool { return bins[i].Path < bins[j].Path })
 	m := Manifest{Name: b.spec.Metadata.Name, SpecSHA256: b.spec.Hash, SourceDateEpoch: b.spec.SourceDateEpoch,
 		Kernel: b.kver, Packages: pkgs, Binaries: bins, Images: sortedImages(b.images)}
+	if m.Contents, err = contentSizes(b.rootfs); err != nil {
+		return err
+	}
 	if m.Artifacts, err = artifactDigests(b.stage); err != nil {
 		return err
 	}

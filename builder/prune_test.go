@@ -102,3 +102,35 @@ func TestUnknownSymbolsNameModuleAndSymbol(t *testing.T) {
 		t.Errorf("unknownSymbols = %q, want %q", got, want)
 	}
 }
+
+func TestContentSizesCountEachPartOnceAndTheRest(t *testing.T) {
+	root := t.TempDir()
+	for p, n := range map[string]int{
+		"/usr/lib/modules/6.1/kernel/a.ko": 300,
+		"/usr/lib/kiln/images/pause.tar":   200,
+		"/usr/bin/kubelet":                 50,
+		"/usr/bin/kiln":                    40,
+		"/etc/hostname":                    7,
+	} {
+		path := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(strings.Repeat("x", n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parts, err := contentSizes(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, p := range parts {
+		got[p.Part] = p.Bytes
+	}
+	want := map[string]int64{"kernel modules": 300, "container image archives": 200, "kubelet, kubectl, containerd (built)": 50,
+		"kiln agent": 40, "firmware": 0, "the rest": 7}
+	for part, n := range want {
+		if got[part] != n {
+			t.Errorf("%s: %d bytes, want %d (all: %v)", part, got[part], n, got)
+		}
+	}
+}
