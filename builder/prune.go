@@ -1,13 +1,11 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -22,10 +20,19 @@ type pruneResult struct {
 }
 
 // prune removes the spec's prune paths from the root filesystem (keeping
-// what prune.keep names under them) and, when kernel modules went, rebuilds
-// the module index and checks that no module left behind needs a symbol
-// only a pruned module provided.
+// what prune.keep names under them). When kernel modules went, it checks
+// that no module left behind depends on a pruned one (by the module
+// index the kernel package shipped) and rebuilds that index.
 func (b *build) prune(ctx context.Context) error {
+	kver, err := kernelVersion(b.rootfs)
+	if err != nil {
+		return err
+	}
+	modDir := filepath.Join(b.rootfs, "usr/lib/modules", kver)
+	deps, err := os.ReadFile(filepath.Join(modDir, "modules.dep"))
+	if err != nil {
+		return fmt.Errorf("reading the kernel's module index: %w", err)
+	}
 	res, err := pruneTree(b.rootfs, b.spec.Prune)
 	if err != nil {
 		return err
@@ -34,41 +41,27 @@ func (b *build) prune(ctx context.Context) error {
 	if !res.Modules {
 		return nil
 	}
-	kver, err := kernelVersion(b.rootfs)
-	if err != nil {
-		return err
+	if missing := missingDeps(modDir, deps); len(missing) > 0 {
+		return fmt.Errorf("prune: kept kernel modules need pruned ones (add these to prune.keep, or prune the modules that need them):\n  %s", strings.Join(missing, "\n  "))
 	}
-	return b.depmod(ctx, kver)
+	return b.chroot(ctx, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "depmod", "-a", kver)
 }
 
-// depmod rebuilds modules.dep and friends for the pruned module tree. With
-// -e and the kernel's System.map it reports every symbol a remaining module
-// needs and nothing provides: a module kept without what it depends on.
-func (b *build) depmod(ctx context.Context, kver string) error {
-	var out bytes.Buffer
-	args := []string{b.rootfs, "sh", "-c", `depmod -a -e -F "/boot/System.map-$1" "$1" 2>&1`, "depmod", kver}
-	err := b.run.Run(ctx, Cmd{Name: "chroot", Args: args, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Stdout: &out})
-	if err != nil {
-		return fmt.Errorf("depmod after pruning kernel modules: %w\n%s", err, out.String())
-	}
-	if missing := unknownSymbols(out.String()); len(missing) > 0 {
-		return fmt.Errorf("pruning kernel modules left modules without what they need (keep the modules that provide these, in prune.keep):\n  %s", strings.Join(missing, "\n  "))
-	}
-	return nil
-}
-
-var unknownSymbol = regexp.MustCompile(`(?m)^depmod: WARNING: (\S+) needs unknown symbol (\S+)$`)
-
-// unknownSymbols lists depmod's "needs unknown symbol" warnings as
-// "module: symbol", module paths relative to the module tree.
-func unknownSymbols(out string) []string {
+// missingDeps reads a modules.dep ("mod.ko: dep.ko dep2.ko" per line) and
+// lists, for every module still in modDir, each dependency that is not.
+func missingDeps(modDir string, modulesDep []byte) []string {
+	exists := func(rel string) bool { _, err := os.Lstat(filepath.Join(modDir, rel)); return err == nil }
 	var missing []string
-	for _, m := range unknownSymbol.FindAllStringSubmatch(out, -1) {
-		mod := m[1]
-		if i := strings.Index(mod, "/kernel/"); i >= 0 {
-			mod = mod[i+1:]
+	for _, line := range strings.Split(string(modulesDep), "\n") {
+		mod, deps, ok := strings.Cut(line, ":")
+		if !ok || !exists(mod) {
+			continue
 		}
-		missing = append(missing, mod+": "+m[2])
+		for _, d := range strings.Fields(deps) {
+			if !exists(d) {
+				missing = append(missing, mod+" needs "+d)
+			}
+		}
 	}
 	return missing
 }

@@ -93,13 +93,19 @@ func TestPruneTreeRemovesPathsAndKeepsWhatKeepNames(t *testing.T) {
 	}
 }
 
-func TestUnknownSymbolsNameModuleAndSymbol(t *testing.T) {
-	out := "depmod: WARNING: /usr/lib/modules/6.1.0-1-amd64/kernel/drivers/gpu/drm/ast/ast.ko needs unknown symbol drm_mode_config_reset\n" +
-		"depmod: WARNING: could not open modules.order\n"
-	got := unknownSymbols(out)
-	want := []string{"kernel/drivers/gpu/drm/ast/ast.ko: drm_mode_config_reset"}
+func TestMissingDepsNamesKeptModulesWhosePrunedDependencies(t *testing.T) {
+	dir := t.TempDir()
+	for _, m := range []string{"kernel/drivers/gpu/drm/ast/ast.ko", "kernel/drivers/gpu/drm/drm.ko", "kernel/net/bridge/bridge.ko", "kernel/net/802/stp.ko"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(m)), 0o755)
+		os.WriteFile(filepath.Join(dir, m), nil, 0o644)
+	}
+	dep := "kernel/drivers/gpu/drm/ast/ast.ko: kernel/drivers/gpu/drm/drm_kms_helper.ko kernel/drivers/gpu/drm/drm.ko\n" +
+		"kernel/net/bridge/bridge.ko: kernel/net/802/stp.ko\n" +
+		"kernel/sound/core/snd.ko: kernel/sound/soundcore.ko\n"
+	got := missingDeps(dir, []byte(dep))
+	want := []string{"kernel/drivers/gpu/drm/ast/ast.ko needs kernel/drivers/gpu/drm/drm_kms_helper.ko"}
 	if !slices.Equal(got, want) {
-		t.Errorf("unknownSymbols = %q, want %q", got, want)
+		t.Errorf("missingDeps = %q, want %q (a pruned module's own dependencies do not count)", got, want)
 	}
 }
 
