@@ -29,7 +29,7 @@ type Step struct {
 // only a joining master waits for the cluster and its etcd member.
 func Steps() []Step {
 	return []Step{
-		{Name: "kernel", Line: regexp.MustCompile(`Linux version \d`)},
+		{Name: "kernel started", Line: regexp.MustCompile(`Linux version \d`)},
 		{Name: "agent started", Line: regexp.MustCompile(`kiln-firstboot: start boot_id=`)},
 		{Name: "config found", Line: regexp.MustCompile(`kiln-firstboot: config from \S+`)},
 		{Name: "state partition", Line: regexp.MustCompile(`kiln-firstboot: state partition (created on|\S+ mounted)`)},
@@ -57,7 +57,7 @@ func Steps() []Step {
 // and the serial getty's prompt, which ends it.
 func FloorSteps() []Step {
 	return []Step{
-		{Name: "kernel", Line: regexp.MustCompile(`Linux version \d`)},
+		{Name: "kernel started", Line: regexp.MustCompile(`Linux version \d`)},
 		{Name: "login prompt", Line: regexp.MustCompile(`login: `)},
 	}
 }

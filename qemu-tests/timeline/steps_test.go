@@ -32,7 +32,7 @@ func TestExtract(t *testing.T) {
 				34.2, "kiln-firstboot: config from fw_cfg",
 				41.2, "kiln-firstboot: config applied",
 				41.3, "kiln-firstboot: done source=fw_cfg"),
-			want: []Mark{{"kernel", sec(3)}, {"agent started", sec(33.9)}, {"config found", sec(34.2)},
+			want: []Mark{{"kernel started", sec(3)}, {"agent started", sec(33.9)}, {"config found", sec(34.2)},
 				{"config applied", sec(41.2)}, {"agent done", sec(41.3)}},
 		},
 		{
@@ -93,7 +93,7 @@ func TestFloorStepsEndAtTheLoginPrompt(t *testing.T) {
 		3.0, "[    0.000000] Linux version 6.1.0-28-amd64",
 		33.9, "kiln-firstboot: start boot_id=1b06e5e8",
 		51.4, "kiln-bench login: "))
-	want := []Mark{{"kernel", sec(3)}, {"login prompt", sec(51.4)}}
+	want := []Mark{{"kernel started", sec(3)}, {"login prompt", sec(51.4)}}
 	if !slices.Equal(got, want) {
 		t.Errorf("Extract = %v, want %v", got, want)
 	}
