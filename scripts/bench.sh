@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: build the default image if out/ has none, then measure build
-# and boot times with kiln-bench into bench/results.md. Takes about an hour
+# and boot times with kiln-bench into bench/results.md, with the
+# timelines bench/timeline-<part>.svg beside it. Takes about an hour
 # under TCG; set SKIP_COLD=1 to leave out the cold (empty cache) build, and
 # ONLY=genesis (or builds,floor,sizes,boots) to run a part into
 # bench/results-<parts>.md.

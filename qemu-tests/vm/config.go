@@ -1,7 +1,8 @@
 // Package vm runs kiln images in QEMU for tests: ISO (BIOS or UEFI), raw
 // disk (UEFI) and PXE boots, an Ignition config through fw_cfg, the serial
-// console captured to a file per boot, waits for console lines, power cuts
-// and restarts with the same disks. KVM is used when /dev/kvm works,
+// console captured to a file per boot (and recorded line by line with the
+// time each line arrived), waits for console lines, power cuts and
+// restarts with the same disks. KVM is used when /dev/kvm works,
 // otherwise TCG.
 package vm
 

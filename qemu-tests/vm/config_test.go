@@ -105,10 +105,3 @@ func TestCheckRejectsUserNetFeaturesOnATap(t *testing.T) {
 		})
 	}
 }
-
-func TestCleanStripsTerminalEscapes(t *testing.T) {
-	got := clean("\x1b[0;32m  OK  \x1b[0m] Reached target \x1b[1;39mMulti-User System\x1b[0m.\r")
-	if got != "  OK  ] Reached target Multi-User System." {
-		t.Fatalf("got %q", got)
-	}
-}

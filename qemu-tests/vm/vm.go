@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/kiln-project/kiln/qemu-tests/console"
 )
 
 // VM is a running (or stopped) QEMU guest.
@@ -19,7 +21,12 @@ type VM struct {
 	cmd     *exec.Cmd
 	exited  chan error
 	started time.Time
+	rec     *console.Recorder // the current boot's console, line by line as it arrives
 }
+
+// consoleInterval is how often a boot's console is read for new lines:
+// the precision of their times.
+const consoleInterval = 100 * time.Millisecond
 
 // Start boots a new VM.
 func Start(cfg Config) (*VM, error) {
@@ -58,7 +65,14 @@ func (v *VM) start() error {
 	}
 	v.started = time.Now()
 	v.exited = make(chan error, 1)
-	go func() { v.exited <- v.cmd.Wait(); stderr.Close() }()
+	rec := console.Record(v.ConsolePath(v.boot), v.started, consoleInterval)
+	v.rec = rec
+	go func() {
+		err := v.cmd.Wait()
+		stderr.Close()
+		rec.Stop()
+		v.exited <- err
+	}()
 	return nil
 }
 
@@ -76,6 +90,15 @@ func (v *VM) Boot() int { return v.boot }
 
 // Uptime is the time since QEMU was started for this boot.
 func (v *VM) Uptime() time.Duration { return time.Since(v.started) }
+
+// Console returns the current boot's console so far, each line with the
+// time since power-on the harness first read it.
+func (v *VM) Console() []console.Line {
+	if v.rec == nil {
+		return nil
+	}
+	return v.rec.Lines()
+}
 
 // PowerCut kills QEMU at once, like pulling the plug.
 func (v *VM) PowerCut() {
@@ -143,7 +166,7 @@ func (v *VM) Lines() []string {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		out = append(out, clean(sc.Text()))
+		out = append(out, console.Clean(sc.Text()))
 	}
 	return out
 }
@@ -156,10 +179,6 @@ func (v *VM) Tail(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-var escapes = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]|\r`)
-
-func clean(s string) string { return escapes.ReplaceAllString(s, "") }
 
 var bootIDLine = regexp.MustCompile(`kiln-firstboot: start boot_id=([0-9a-f-]+)`)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-project/kiln/builder"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -72,18 +73,27 @@ func benchBoots(ctx context.Context, o options, work string, r *report) error {
 		if err != nil {
 			return fmt.Errorf("%s, plain: %w", p.name, err)
 		}
-		r.add("Boot (power-on to line on the serial console)", head, row{p.name, secs(done), secs(floor), "floor: " + p.floor})
+		r.add("Boot (power-on to line on the serial console)", head, row{p.name, secs(done.took), secs(floor.took), "floor: " + p.floor})
+		r.addTimeline("boots", "Boot timelines: each boot path beside its plain boot",
+			stepsRow(p.name, done.console), floorRow(p.name+", agent masked", floor.console))
 	}
 	return nil
 }
 
-func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool, want *regexp.Regexp) (time.Duration, error) {
+// timedBoot is a boot timed from power-on to a console line, with its
+// console up to then.
+type timedBoot struct {
+	took    time.Duration
+	console []console.Line
+}
+
+func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool, want *regexp.Regexp) (timedBoot, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
+		return timedBoot{}, err
 	}
 	cfg, cleanup, err := p.setup(o, dir, plain)
 	if err != nil {
-		return 0, err
+		return timedBoot{}, err
 	}
 	defer cleanup()
 	cfg.Name, cfg.Dir, cfg.KVM, cfg.CPUs = filepath.Base(dir), dir, vm.KVMUsable(), 2
@@ -92,13 +102,13 @@ func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool
 	}
 	v, err := vm.Start(cfg)
 	if err != nil {
-		return 0, err
+		return timedBoot{}, err
 	}
 	defer v.PowerCut()
 	if _, err := v.WaitLine(ctx, want, 8*time.Minute); err != nil {
-		return 0, fmt.Errorf("%w (console: %s)", err, v.ConsolePath(v.Boot()))
+		return timedBoot{}, fmt.Errorf("%w (console: %s)", err, v.ConsolePath(v.Boot()))
 	}
-	return v.Uptime(), nil
+	return timedBoot{took: v.Uptime(), console: v.Console()}, nil
 }
 
 func nothing() {}

@@ -15,8 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
+	"github.com/kiln-project/kiln/qemu-tests/timeline"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -37,6 +39,10 @@ const (
 
 const clusterTitle = "Cluster (ISO, SeaBIOS, TCG, `timing: slow`; m1 genesis 2 vCPUs 3 GiB, m2 master 2 vCPUs 3 GiB, " +
 	"w1 worker 1 vCPU 2 GiB, on a bridge in a network namespace; the host polls the Nodes through it every 2 s)"
+
+// clusterTimeline names the cluster part's timeline; each of its rows
+// starts at its own machine's power-on.
+const clusterTimeline = "Cluster timeline (each row from its machine's power-on; m2 and w1 powered on once m1 was done)"
 
 var clusterHead = [3]string{"step", "time", "floor: plain boot of the same ISO to the login prompt (SeaBIOS, 3 GiB, 2 vCPUs)"}
 
@@ -72,6 +78,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 	if err != nil {
 		return fmt.Errorf("cluster floor: %w", err)
 	}
+	r.addTimeline("cluster", clusterTimeline, floorRow("plain boot of the same ISO (3 GiB, 2 vCPUs)", floor.console))
 	pkiDir := filepath.Join(dir, "pki")
 	cfgs, err := cluster.Configs(cluster.ClusterSite(), pkiDir)
 	if err != nil {
@@ -91,7 +98,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 			err = errors.Join(err, fmt.Errorf("removing namespace %s: %w", seg.Name, cerr))
 		}
 	}()
-	c := &clusterRun{o: o, seg: seg, dir: dir, nodes: clusterNodes(), cfgs: cfgs, floor: floor, r: r}
+	c := &clusterRun{o: o, seg: seg, dir: dir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, r: r}
 	defer powerOff(c.nodes) // before the namespace goes: QEMU runs inside it
 	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
 		return err
@@ -149,7 +156,23 @@ func (c *clusterRun) timeJoins(ctx context.Context) error {
 		ratioRow("**all Ready**: m1 power-on to the three Nodes Ready", got.ready.Sub(m1.on), floor, goalAllReady,
 			"as the bench sees them through the namespace"),
 		ratioRow("m1 bootstrapped to the three Nodes Ready", got.ready.Sub(boot), floor, 0, ""))
+	c.r.addTimeline("cluster", clusterTimeline, c.timelineRows(func(n *clusterNode) string {
+		if n.Role == nodefile.RoleGenesis {
+			return "bootstrap"
+		}
+		return "join"
+	})...)
 	return nil
+}
+
+// timelineRows are each machine's steps on its current boot's console,
+// each row named by the machine and what the boot was.
+func (c *clusterRun) timelineRows(boot func(*clusterNode) string) []timeline.Row {
+	var rows []timeline.Row
+	for _, n := range c.nodes {
+		rows = append(rows, stepsRow(fmt.Sprintf("%s (%s): %s", n.Name, n.Role, boot(n)), n.Console()))
+	}
+	return rows
 }
 
 // timePowerCut waits for the cluster to settle as the scenario checks it
@@ -190,6 +213,7 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 	}
 	rows = append(rows, ratioRow("power cut: restart to the last `restored` line", last.Sub(restart), floor, 0, ""))
 	c.r.add(clusterTitle, clusterHead, rows...)
+	c.r.addTimeline("cluster", clusterTimeline, c.timelineRows(func(*clusterNode) string { return "after the power cut" })...)
 	return nil
 }
 

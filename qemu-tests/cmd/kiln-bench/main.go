@@ -1,7 +1,9 @@
 // Command kiln-bench measures kiln's build and boot times on this machine
 // and writes them, each beside its floor measured in the same run, to a
-// Markdown results file. `make bench` runs it; it takes 30-45 minutes
-// under TCG, and more with the cluster part (three VMs at once).
+// Markdown results file, with a timeline per part beside it
+// (timeline-<part>.svg: the steps each measured boot printed). `make
+// bench` runs it; it takes 30-45 minutes under TCG, and more with the
+// cluster part (three VMs at once).
 package main
 
 import (

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/qemu-tests/timeline"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -22,15 +23,19 @@ type report struct {
 	sections []section
 }
 
+// section is a table of figures, or a part's timeline: its chart drawn
+// to timeline-<part>.svg beside the results, its step times as a table.
 type section struct {
 	title string
 	head  [3]string
 	rows  []row
+	part  string
+	chart *timeline.Chart
 }
 
 func (r *report) add(title string, head [3]string, rows ...row) {
 	for i := range r.sections {
-		if r.sections[i].title == title {
+		if r.sections[i].title == title && r.sections[i].chart == nil {
 			r.sections[i].rows = append(r.sections[i].rows, rows...)
 			return
 		}
@@ -38,7 +43,46 @@ func (r *report) add(title string, head [3]string, rows ...row) {
 	r.sections = append(r.sections, section{title: title, head: head, rows: rows})
 }
 
+// addTimeline adds rows to part's timeline, made with the first rows.
+func (r *report) addTimeline(part, title string, rows ...timeline.Row) {
+	for i := range r.sections {
+		if r.sections[i].part == part {
+			r.sections[i].chart.Rows = append(r.sections[i].chart.Rows, rows...)
+			return
+		}
+	}
+	note := fmt.Sprintf("Measured %s by make bench. Seconds since power-on, when the bench read the step's console line; a bar runs from the step before.",
+		r.started.UTC().Format("2006-01-02 15:04 MST"))
+	chart := &timeline.Chart{Title: title, Note: note, Steps: timeline.Steps(), Rows: rows}
+	r.sections = append(r.sections, section{title: title, part: part, chart: chart})
+}
+
+// timelineFile is where part's chart is drawn, beside the results.
+func timelineFile(part string) string { return "timeline-" + part + ".svg" }
+
+// write writes the results and, beside them, every part's timeline.
 func (r *report) write(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	for _, s := range r.sections {
+		if s.chart == nil {
+			continue
+		}
+		svg := filepath.Join(filepath.Dir(path), timelineFile(s.part))
+		if err := atomicfile.WriteFile(svg, s.chart.SVG(), 0o644, nil); err != nil {
+			return fmt.Errorf("the %s timeline: %w", s.part, err)
+		}
+	}
+	return atomicfile.WriteFile(path, []byte(r.markdown()), 0o644, nil)
+}
+
+// timelineText says what a timeline's times are.
+const timelineText = "Each step's time since power-on: when the bench first read the step's line on the serial console " +
+	"(every 0.1 s, as the VM ran). A bar runs from the step before to the step's own line; a step a boot did not print " +
+	"is left out. Floor rows are the plain boot the part's figures are beside (agent masked, to the login prompt).\n\n"
+
+func (r *report) markdown() string {
 	var b strings.Builder
 	accel := "TCG"
 	switch {
@@ -51,15 +95,17 @@ func (r *report) write(path string) error {
 	fmt.Fprintf(&b, "# kiln benchmark results\n\nMeasured %s on %s: %d CPUs, QEMU under %s. Written by `make bench` (qemu-tests/cmd/kiln-bench).\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), accel)
 	for _, s := range r.sections {
-		fmt.Fprintf(&b, "\n## %s\n\n| %s | %s | %s | note |\n| --- | --- | --- | --- |\n", s.title, s.head[0], s.head[1], s.head[2])
+		fmt.Fprintf(&b, "\n## %s\n\n", s.title)
+		if s.chart != nil {
+			fmt.Fprintf(&b, "![%s](%s)\n\n%s%s", s.title, timelineFile(s.part), timelineText, s.chart.Table())
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | note |\n| --- | --- | --- | --- |\n", s.head[0], s.head[1], s.head[2])
 		for _, x := range s.rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.what, x.value, x.floor, x.note)
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, []byte(b.String()), 0o644, nil)
+	return b.String()
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
