@@ -391,11 +391,16 @@ func (b *build) pack(role, ref string, files []ociimage.File, entry []string) (c
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		return catalog.Image{}, err
 	}
-	res, err := ociimage.Write(ociimage.Spec{Ref: ref, Files: files, Entrypoint: entry, Created: b.epoch()}, full)
+	cache := archiveCache{dir: filepath.Join(b.opts.CacheDir, "archives")}
+	res, cached, err := cache.write(ociimage.Spec{Ref: ref, Files: files, Entrypoint: entry, Created: b.epoch()}, full)
 	if err != nil {
 		return catalog.Image{}, err
 	}
-	fmt.Fprintf(b.opts.Progress, "    image %s %s\n", res.Ref, res.Digest)
+	how := "packed"
+	if cached {
+		how = "cached"
+	}
+	fmt.Fprintf(b.opts.Progress, "    image %s %s (%s)\n", res.Ref, res.Digest, how)
 	return catalog.Image{Role: role, Ref: res.Ref, Digest: res.Digest, Archive: dst}, nil
 }
 
