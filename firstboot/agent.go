@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
@@ -38,7 +39,9 @@ type Agent struct {
 	// (report "no config" as an error).
 	Wait time.Duration
 
-	status Status
+	status   Status
+	settings imageconf.Settings
+	fetcher  *source.Fetcher
 }
 
 const (
@@ -67,6 +70,9 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) run(ctx context.Context) error {
+	if err := a.loadSettings(); err != nil {
+		return err
+	}
 	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second}
 	dev, haveState, err := st.Find(ctx)
 	if err != nil {
@@ -119,7 +125,7 @@ func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
 	for _, w := range report {
 		a.logf("config: %s", w)
 	}
-	plan, err := ignite.NewPlan(ctx, cfg, source.NewFetcher(a.logf))
+	plan, err := ignite.NewPlan(ctx, cfg, a.fetcher)
 	if err != nil {
 		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
 	}
@@ -188,6 +194,22 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
+}
+
+// loadSettings reads what the image spec tells the agent and makes the
+// one fetcher configs and file contents come through.
+func (a *Agent) loadSettings() error {
+	s, err := imageconf.Load(a.Root)
+	if err != nil {
+		return err
+	}
+	roots, err := s.Roots(a.Root)
+	if err != nil {
+		return err
+	}
+	a.settings, a.fetcher = s, source.NewFetcher(a.logf)
+	a.fetcher.TrustRoots(roots)
+	return nil
 }
 
 func (a *Agent) applier() *ignite.Applier {

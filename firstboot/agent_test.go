@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // fakeSys answers every disk tool with "nothing found", like a diskless
@@ -259,6 +263,56 @@ func TestUnappliedStorageIsRejectedBeforeAnyWrite(t *testing.T) {
 			delete(after, statusPath)
 			if len(after) != len(before) {
 				t.Errorf("files changed by a rejected config: before %v after %v", keys(before), keys(after))
+			}
+		})
+	}
+}
+
+// A config fetched over plain http is applied only when kiln.config.hash=
+// pins it or the image allows unverified configs; otherwise the console
+// says why and nothing changes.
+func TestPlainHTTPConfigNeedsAHash(t *testing.T) {
+	const cfg = `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(cfg)) }))
+	defer srv.Close()
+	tests := []struct {
+		name     string
+		args     string
+		settings string // /usr/lib/kiln/agent.json; "" for none
+		wantErr  string // "" when the config is applied
+	}{
+		{"no hash", "", "", "refusing the config from " + srv.URL + "/node.ign: nothing verifies it"},
+		{"its hash", "kiln.config.hash=" + ignition.Hash([]byte(cfg)), "", ""},
+		{"another node's hash", "kiln.config.hash=" + ignition.Hash([]byte("{}")), "", "verification failed"},
+		{"no hash, the image allows it", "", `{"allowUnverifiedConfig": true}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, "")
+			os.WriteFile(filepath.Join(root, "/proc/cmdline"), []byte("console=ttyS0 ignition.config.url="+srv.URL+"/node.ign "+tc.args+"\n"), 0o644)
+			if tc.settings != "" {
+				os.MkdirAll(filepath.Join(root, "/usr/lib/kiln"), 0o755)
+				os.WriteFile(filepath.Join(root, "/usr/lib/kiln/agent.json"), []byte(tc.settings), 0o644)
+			}
+			before := snapshot(t, root)
+			out, err, st := runAgent(t, root)
+			got := finalLines(out)
+			if tc.wantErr == "" {
+				if err != nil || len(got) != 1 || got[0] != "kiln-firstboot: done source=url" {
+					t.Fatalf("final lines %q, %v\n%s", got, err, out)
+				}
+				return
+			}
+			if err == nil || len(got) != 1 || !strings.Contains(got[0], "error: config source url: ") || !strings.Contains(got[0], tc.wantErr) {
+				t.Fatalf("final lines %q, want one error containing %q\n%s", got, tc.wantErr, out)
+			}
+			if st.State != "error" {
+				t.Errorf("status %+v", st)
+			}
+			after := snapshot(t, root)
+			delete(after, statusPath)
+			if len(after) != len(before) {
+				t.Errorf("files changed by a refused config: before %v after %v", keys(before), keys(after))
 			}
 		})
 	}

@@ -33,7 +33,7 @@ func VerifyHash(data []byte, want, what string) error {
 	algo, _, _ := strings.Cut(want, "-")
 	h.Write(data)
 	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return fmt.Errorf("verification failed: %s is %s-%s, the config pins %s", what, algo, got, want)
+		return fmt.Errorf("verification failed: %s is %s-%s, not %s", what, algo, got, want)
 	}
 	return nil
 }
