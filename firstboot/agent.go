@@ -35,6 +35,9 @@ type Agent struct {
 	Console io.Writer // the unit's stdout: journal and console
 	Sys     System
 	Systemd ignite.Systemd
+	// Machine identifies the node to its state partition; nil reads
+	// sysfs under Root.
+	Machine state.Machine
 	// Wait is how often to look again for a config; 0 means do not wait
 	// (report "no config" as an error).
 	Wait time.Duration
@@ -73,16 +76,10 @@ func (a *Agent) run(ctx context.Context) error {
 	if err := a.loadSettings(); err != nil {
 		return err
 	}
-	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second}
-	dev, haveState, err := st.Find(ctx)
+	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second, Machine: a.Machine}
+	haveState, err := a.openState(ctx, st)
 	if err != nil {
 		return err
-	}
-	if haveState {
-		if err := st.Mount(ctx, dev); err != nil {
-			return err
-		}
-		a.step("state partition %s mounted", dev)
 	}
 	name, raw, err := a.config(ctx, haveState)
 	if err != nil {
@@ -99,6 +96,30 @@ func (a *Agent) run(ctx context.Context) error {
 		}
 	}
 	return a.apply(ctx, plan, haveState, name, raw)
+}
+
+// openState mounts an existing state partition when it is this
+// machine's. Another machine's is left unmounted and untouched: this boot
+// reads the other config sources and keeps its state in RAM.
+func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) {
+	dev, found, err := st.Find(ctx)
+	if err != nil || !found {
+		return false, err
+	}
+	own, err := st.Mount(ctx, dev)
+	var foreign *state.ForeignError
+	switch {
+	case errors.As(err, &foreign):
+		a.status.ForeignState = dev
+		a.step("%v: not using it, nor its config (wipe that filesystem to let this machine make its own)", foreign)
+		return false, nil
+	case err != nil:
+		return false, err
+	case own == state.Adopted:
+		a.step("state partition %s has no record of its machine (an earlier kiln made it): adopting it for this machine", dev)
+	}
+	a.step("state partition %s mounted", dev)
+	return true, nil
 }
 
 // validated is a config that parsed, validated and has all content resolved.
@@ -142,6 +163,10 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	if err := atomicfile.WriteFile(filepath.Join(a.Root, firstBootFlag), nil, 0o644, nil); err != nil {
 		return false, err
 	}
+	if a.status.ForeignState != "" {
+		a.step("the state partition on %s is not this machine's: state stays in RAM", a.status.ForeignState)
+		return false, nil
+	}
 	target, ok, err := st.TargetFor(ctx, cfg)
 	if err != nil {
 		return false, err
@@ -154,7 +179,7 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	if err != nil {
 		return false, err
 	}
-	if err := st.Mount(ctx, dev); err != nil {
+	if _, err := st.Mount(ctx, dev); err != nil {
 		return false, err
 	}
 	a.step("state partition created on %s (%s)", target.Disk, dev)
