@@ -78,3 +78,22 @@ func TestAgentSettingsCarryConfigTrust(t *testing.T) {
 		})
 	}
 }
+
+// sshd must not start before the agent has installed the kept host keys,
+// and nothing at boot may make new ones.
+func TestSSHDoesNotMakeHostKeysAtBoot(t *testing.T) {
+	var conf string
+	for _, f := range nodeFiles() {
+		if f.path == sshHostKeysDropIn {
+			conf = f.data
+		}
+	}
+	for _, want := range []string{"[Unit]\nAfter=kiln-firstboot.service\n", "[Service]\nExecStartPre=\nExecStartPre=/usr/sbin/sshd -t\n"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("%s lacks %q:\n%s", sshHostKeysDropIn, want, conf)
+		}
+	}
+	if strings.Contains(conf, "ssh-keygen") {
+		t.Errorf("%s still runs ssh-keygen:\n%s", sshHostKeysDropIn, conf)
+	}
+}

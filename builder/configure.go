@@ -45,12 +45,22 @@ func nodeFiles() []file {
 				"# Pod traffic through the CNI bridge must pass kube-proxy's rules (br_netfilter is loaded first).\n" +
 				"net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"},
 		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
-		{path: "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf", mode: 0o644,
-			data: "# kiln: host keys are made on the node, never baked into the image;\n# make them before Debian's own config check, which needs them.\n[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n"},
+		{path: sshHostKeysDropIn, mode: 0o644, data: sshHostKeysConf},
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
 	}
 }
+
+// sshHostKeysDropIn makes sshd wait for the agent, which installs the
+// node's host keys from the state partition (made once, on the node,
+// never baked into the image), and drops Debian's ssh-keygen -A so no
+// boot makes new ones.
+const (
+	sshHostKeysDropIn = "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf"
+	sshHostKeysConf   = "# kiln: the agent installs the host keys it keeps on the state partition\n" +
+		"# (docs/security.md); nothing here makes new ones.\n" +
+		"[Unit]\nAfter=kiln-firstboot.service\n\n[Service]\nExecStartPre=\nExecStartPre=/usr/sbin/sshd -t\n"
+)
 
 // dracutConf builds one initramfs that finds the root on a CD, a disk
 // partition or the network, and overlays it with tmpfs.
