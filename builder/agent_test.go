@@ -79,8 +79,8 @@ func TestAgentSettingsCarryConfigTrust(t *testing.T) {
 	}
 }
 
-// sshd must not start before the agent has installed the kept host keys,
-// and nothing at boot may make new ones.
+// sshd must take the host keys kept on the state partition, once the
+// agent has mounted it, and nothing at boot may make new ones.
 func TestSSHDoesNotMakeHostKeysAtBoot(t *testing.T) {
 	var conf string
 	for _, f := range nodeFiles() {
@@ -88,7 +88,7 @@ func TestSSHDoesNotMakeHostKeysAtBoot(t *testing.T) {
 			conf = f.data
 		}
 	}
-	for _, want := range []string{"[Unit]\nAfter=kiln-firstboot.service\n", "[Service]\nExecStartPre=\nExecStartPre=/usr/sbin/sshd -t\n"} {
+	for _, want := range []string{"[Unit]\nAfter=kiln-firstboot.service\n", "[Service]\nExecStartPre=\nExecStartPre=/usr/bin/kiln firstboot host-keys\nExecStartPre=/usr/sbin/sshd -t\n"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("%s lacks %q:\n%s", sshHostKeysDropIn, want, conf)
 		}

@@ -51,15 +51,15 @@ func nodeFiles() []file {
 	}
 }
 
-// sshHostKeysDropIn makes sshd wait for the agent, which installs the
-// node's host keys from the state partition (made once, on the node,
-// never baked into the image), and drops Debian's ssh-keygen -A so no
-// boot makes new ones.
+// sshHostKeysDropIn makes sshd take the node's host keys from the state
+// partition (made on the node once, never baked into the image): after
+// the agent has mounted it, kiln firstboot host-keys replaces Debian's
+// ssh-keygen -A, which made new ones in /etc/ssh on every boot.
 const (
 	sshHostKeysDropIn = "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf"
-	sshHostKeysConf   = "# kiln: the agent installs the host keys it keeps on the state partition\n" +
-		"# (docs/security.md); nothing here makes new ones.\n" +
-		"[Unit]\nAfter=kiln-firstboot.service\n\n[Service]\nExecStartPre=\nExecStartPre=/usr/sbin/sshd -t\n"
+	sshHostKeysConf   = "# kiln: host keys are made once and kept on the state partition (docs/security.md)\n" +
+		"[Unit]\nAfter=kiln-firstboot.service\n\n" +
+		"[Service]\nExecStartPre=\nExecStartPre=/usr/bin/kiln firstboot host-keys\nExecStartPre=/usr/sbin/sshd -t\n"
 )
 
 // dracutConf builds one initramfs that finds the root on a CD, a disk

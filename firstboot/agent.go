@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/firstboot/hostkeys"
 	"github.com/kiln-project/kiln/firstboot/ignite"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
@@ -39,8 +38,6 @@ type Agent struct {
 	// Machine identifies the node to its state partition; nil reads
 	// sysfs under Root.
 	Machine state.Machine
-	// HostKeyTypes are the SSH host keys to make; nil: hostkeys.Types.
-	HostKeyTypes []hostkeys.Type
 	// Wait is how often to look again for a config; 0 means do not wait
 	// (report "no config" as an error).
 	Wait time.Duration
@@ -210,9 +207,6 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	a.step("config applied")
-	if err := a.hostKeys(); err != nil {
-		return err
-	}
 	if touchesNetwork(v.plan) {
 		// networkd configured the links before the config arrived; a
 		// reload re-applies every link whose .network file changed.
@@ -225,20 +219,6 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
-}
-
-// hostKeys installs the SSH host keys kept on the state partition (in
-// RAM without one), making those missing, after the config so a key it
-// provides wins. ssh.service starts after the agent and makes none.
-func (a *Agent) hostKeys() error {
-	made, err := hostkeys.Installer{Root: a.Root, Types: a.HostKeyTypes}.Install()
-	if err != nil {
-		return fmt.Errorf("SSH host keys: %w", err)
-	}
-	if len(made) > 0 {
-		a.step("SSH host keys made: %s", strings.Join(made, ", "))
-	}
-	return nil
 }
 
 // loadSettings reads what the image spec tells the agent and makes the

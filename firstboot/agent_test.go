@@ -406,34 +406,3 @@ func TestStatePartitionBelongsToOneMachine(t *testing.T) {
 		})
 	}
 }
-
-// SSH host keys are made on the boot that creates the state, kept on it,
-// and the same on every later boot, whose /etc/ssh starts empty.
-func TestSSHHostKeysSurviveReboots(t *testing.T) {
-	root := nodeRoot(t, `{"ignition":{"version":"3.4.0"}}`)
-	state := filepath.Join(root, "/var/lib/kiln-state")
-	os.MkdirAll(state, 0o755)
-	os.WriteFile(filepath.Join(state, "kiln-machine.json"), []byte(`{"version":1,"macs":["52:54:00:12:34:56"]}`), 0o644)
-	var keys []string
-	for boot := 1; boot <= 2; boot++ {
-		os.RemoveAll(filepath.Join(root, "etc/ssh"))
-		sys := &fakeSys{answers: map[string]answer{"blkid -o device -t LABEL=KILN-STATE": {"/dev/vda3\n", nil}}}
-		var out bytes.Buffer
-		a := &Agent{Root: root, Console: &out, Sys: sys, Machine: fakeMachine{MACs: []string{"52:54:00:12:34:56"}}}
-		if err := a.Run(context.Background()); err != nil {
-			t.Fatalf("boot %d: %v\n%s", boot, err, out.String())
-		}
-		made := strings.Contains(out.String(), "kiln-firstboot: SSH host keys made: ssh_host_rsa_key, ssh_host_ecdsa_key, ssh_host_ed25519_key\n")
-		if made != (boot == 1) {
-			t.Errorf("boot %d: keys made: %v\n%s", boot, made, out.String())
-		}
-		b, err := os.ReadFile(filepath.Join(root, "etc/ssh/ssh_host_ed25519_key.pub"))
-		if err != nil {
-			t.Fatalf("boot %d: %v", boot, err)
-		}
-		keys = append(keys, string(b))
-	}
-	if keys[0] != keys[1] {
-		t.Errorf("the host key changed across boots:\n%s%s", keys[0], keys[1])
-	}
-}
