@@ -27,7 +27,11 @@ KILN-STATE), a config embedded in the image (/usr/lib/kiln/config.ign), QEMU
 fw_cfg opt/com.coreos/config, the kernel argument ignition.config.url=
 (http, https, tftp; ${mac}, ${uuid}, ${hostname} are substituted), and a
 config drive labelled KILN-CONFIG holding config.ign. With none, the agent says
-so on the console and waits: it never guesses a role.
+so on the console and waits: it never guesses a role. A config from http, tftp
+or a config drive is used only when the kernel argument
+kiln.config.hash=sha512-<hex> pins it (or the image spec's
+configTrust.allowUnverified allows it); a state partition another machine made
+is not used.
 
 On the first boot it creates the state partition (on the disk the config
 labels KILN-STATE, else in the boot disk's free space), stores the config
