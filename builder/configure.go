@@ -47,8 +47,7 @@ func nodeFiles() []file {
 				"# Pod traffic through the CNI bridge must pass kube-proxy's rules (br_netfilter is loaded first).\n" +
 				"net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"},
 		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
-		{path: "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf", mode: 0o644,
-			data: "# kiln: host keys are made on the node, never baked into the image;\n# make them before Debian's own config check, which needs them.\n[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n"},
+		{path: sshHostKeysDropIn, mode: 0o644, data: sshHostKeysConf},
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
 	}
@@ -63,6 +62,17 @@ func nodeFilesDigest() string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// sshHostKeysDropIn makes sshd take the node's host keys from the state
+// partition (made on the node once, never baked into the image): after
+// the agent has mounted it, kiln firstboot host-keys replaces Debian's
+// ssh-keygen -A, which made new ones in /etc/ssh on every boot.
+const (
+	sshHostKeysDropIn = "/etc/systemd/system/ssh.service.d/kiln-host-keys.conf"
+	sshHostKeysConf   = "# kiln: host keys are made once and kept on the state partition (docs/security.md)\n" +
+		"[Unit]\nAfter=kiln-firstboot.service\n\n" +
+		"[Service]\nExecStartPre=\nExecStartPre=/usr/bin/kiln firstboot host-keys\nExecStartPre=/usr/sbin/sshd -t\n"
+)
 
 // dracutConf builds one initramfs that finds the root on a CD, a disk
 // partition or the network, and overlays it with tmpfs.

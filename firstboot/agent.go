@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/firstboot/ignite"
+	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
@@ -34,11 +35,16 @@ type Agent struct {
 	Console io.Writer // the unit's stdout: journal and console
 	Sys     System
 	Systemd ignite.Systemd
+	// Machine identifies the node to its state partition; nil reads
+	// sysfs under Root.
+	Machine state.Machine
 	// Wait is how often to look again for a config; 0 means do not wait
 	// (report "no config" as an error).
 	Wait time.Duration
 
-	status Status
+	status   Status
+	settings imageconf.Settings
+	fetcher  *source.Fetcher
 }
 
 const (
@@ -67,16 +73,13 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) run(ctx context.Context) error {
-	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second}
-	dev, haveState, err := st.Find(ctx)
-	if err != nil {
+	if err := a.loadSettings(); err != nil {
 		return err
 	}
-	if haveState {
-		if err := st.Mount(ctx, dev); err != nil {
-			return err
-		}
-		a.step("state partition %s mounted", dev)
+	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second, Machine: a.Machine}
+	haveState, err := a.openState(ctx, st)
+	if err != nil {
+		return err
 	}
 	name, raw, err := a.config(ctx, haveState)
 	if err != nil {
@@ -93,6 +96,30 @@ func (a *Agent) run(ctx context.Context) error {
 		}
 	}
 	return a.apply(ctx, plan, haveState, name, raw)
+}
+
+// openState mounts an existing state partition when it is this
+// machine's. Another machine's is left unmounted and untouched: this boot
+// reads the other config sources and keeps its state in RAM.
+func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) {
+	dev, found, err := st.Find(ctx)
+	if err != nil || !found {
+		return false, err
+	}
+	own, err := st.Mount(ctx, dev)
+	var foreign *state.ForeignError
+	switch {
+	case errors.As(err, &foreign):
+		a.status.ForeignState = dev
+		a.step("%v: not using it, nor its config (wipe that filesystem to let this machine make its own)", foreign)
+		return false, nil
+	case err != nil:
+		return false, err
+	case own == state.Adopted:
+		a.step("state partition %s has no record of its machine (an earlier kiln made it): adopting it for this machine", dev)
+	}
+	a.step("state partition %s mounted", dev)
+	return true, nil
 }
 
 // validated is a config that parsed, validated and has all content resolved.
@@ -119,7 +146,7 @@ func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
 	for _, w := range report {
 		a.logf("config: %s", w)
 	}
-	plan, err := ignite.NewPlan(ctx, cfg, source.NewFetcher(a.logf))
+	plan, err := ignite.NewPlan(ctx, cfg, a.fetcher)
 	if err != nil {
 		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
 	}
@@ -136,6 +163,10 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	if err := atomicfile.WriteFile(filepath.Join(a.Root, firstBootFlag), nil, 0o644, nil); err != nil {
 		return false, err
 	}
+	if a.status.ForeignState != "" {
+		a.step("the state partition on %s is not this machine's: state stays in RAM", a.status.ForeignState)
+		return false, nil
+	}
 	target, ok, err := st.TargetFor(ctx, cfg)
 	if err != nil {
 		return false, err
@@ -148,7 +179,7 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	if err != nil {
 		return false, err
 	}
-	if err := st.Mount(ctx, dev); err != nil {
+	if _, err := st.Mount(ctx, dev); err != nil {
 		return false, err
 	}
 	a.step("state partition created on %s (%s)", target.Disk, dev)
@@ -188,6 +219,22 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
+}
+
+// loadSettings reads what the image spec tells the agent and makes the
+// one fetcher configs and file contents come through.
+func (a *Agent) loadSettings() error {
+	s, err := imageconf.Load(a.Root)
+	if err != nil {
+		return err
+	}
+	roots, err := s.Roots(a.Root)
+	if err != nil {
+		return err
+	}
+	a.settings, a.fetcher = s, source.NewFetcher(a.logf)
+	a.fetcher.TrustRoots(roots)
+	return nil
 }
 
 func (a *Agent) applier() *ignite.Applier {

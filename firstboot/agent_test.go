@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kiln-project/kiln/firstboot/machine"
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // fakeSys answers every disk tool with "nothing found", like a diskless
@@ -196,7 +201,7 @@ func TestFailedDiskProbeStopsTheAgent(t *testing.T) {
 		answers map[string]answer
 		want    string
 	}{
-		{"state lookup fails", map[string]answer{"blkid -L KILN-STATE": {"", exitStatus(4)}}, "KILN-STATE"},
+		{"state lookup fails", map[string]answer{"blkid -o device -t LABEL=KILN-STATE": {"", exitStatus(4)}}, "KILN-STATE"},
 		{"boot disk probe fails", map[string]answer{"blkid -p -o value -s PTTYPE /dev/vda": {"", exitStatus(8)}}, "/dev/vda"},
 	}
 	for _, tc := range tests {
@@ -259,6 +264,144 @@ func TestUnappliedStorageIsRejectedBeforeAnyWrite(t *testing.T) {
 			delete(after, statusPath)
 			if len(after) != len(before) {
 				t.Errorf("files changed by a rejected config: before %v after %v", keys(before), keys(after))
+			}
+		})
+	}
+}
+
+// A config fetched over plain http is applied only when kiln.config.hash=
+// pins it or the image allows unverified configs; otherwise the console
+// says why and nothing changes.
+func TestPlainHTTPConfigNeedsAHash(t *testing.T) {
+	const cfg = `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(cfg)) }))
+	defer srv.Close()
+	tests := []struct {
+		name     string
+		args     string
+		settings string // /usr/lib/kiln/agent.json; "" for none
+		wantErr  string // "" when the config is applied
+	}{
+		{"no hash", "", "", "refusing the config from " + srv.URL + "/node.ign: nothing verifies it"},
+		{"its hash", "kiln.config.hash=" + ignition.Hash([]byte(cfg)), "", ""},
+		{"another node's hash", "kiln.config.hash=" + ignition.Hash([]byte("{}")), "", "verification failed"},
+		{"no hash, the image allows it", "", `{"allowUnverifiedConfig": true}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, "")
+			os.WriteFile(filepath.Join(root, "/proc/cmdline"), []byte("console=ttyS0 ignition.config.url="+srv.URL+"/node.ign "+tc.args+"\n"), 0o644)
+			if tc.settings != "" {
+				os.MkdirAll(filepath.Join(root, "/usr/lib/kiln"), 0o755)
+				os.WriteFile(filepath.Join(root, "/usr/lib/kiln/agent.json"), []byte(tc.settings), 0o644)
+			}
+			before := snapshot(t, root)
+			out, err, st := runAgent(t, root)
+			got := finalLines(out)
+			if tc.wantErr == "" {
+				if err != nil || len(got) != 1 || got[0] != "kiln-firstboot: done source=url" {
+					t.Fatalf("final lines %q, %v\n%s", got, err, out)
+				}
+				return
+			}
+			if err == nil || len(got) != 1 || !strings.Contains(got[0], "error: config source url: ") || !strings.Contains(got[0], tc.wantErr) {
+				t.Fatalf("final lines %q, want one error containing %q\n%s", got, tc.wantErr, out)
+			}
+			if st.State != "error" {
+				t.Errorf("status %+v", st)
+			}
+			after := snapshot(t, root)
+			delete(after, statusPath)
+			if len(after) != len(before) {
+				t.Errorf("files changed by a refused config: before %v after %v", keys(before), keys(after))
+			}
+		})
+	}
+}
+
+type fakeMachine machine.ID
+
+func (f fakeMachine) Identity() (machine.ID, error) { return machine.ID(f), nil }
+
+// A state partition is used only by the machine that made it: one from
+// another machine (a moved disk, a stick labelled KILN-STATE) is left
+// unmounted, its config unread, nothing created or formatted, and the
+// node takes its config from the other sources with state in RAM.
+func TestStatePartitionBelongsToOneMachine(t *testing.T) {
+	const (
+		stored = `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,stored"}}]}}`
+		fwCfg  = `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,fwcfg"}}]}}`
+		this   = `{"version":1,"productUUID":"4c4c4544-0042-3510-8051-b4c04f4e3132","macs":["52:54:00:00:00:01"]}`
+		other  = `{"version":1,"productUUID":"4c4c4544-0000-0000-0000-000000000002","macs":["52:54:00:00:00:02"]}`
+	)
+	me := fakeMachine{ProductUUID: "4c4c4544-0042-3510-8051-b4c04f4e3132", MACs: []string{"52:54:00:00:00:01"}}
+	tests := []struct {
+		name       string
+		record     string // the state filesystem's kiln-machine.json; "" for none
+		wantSource string
+		wantMotd   string
+		wantLine   string
+		foreign    bool
+	}{
+		{"this machine's", this, "state", "stored", "state partition /dev/vdb1 mounted", false},
+		{"an earlier kiln's, without a record: adopted", "", "state", "stored", "state partition /dev/vdb1 has no record of its machine (an earlier kiln made it): adopting it", false},
+		{"another machine's", other, "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: it was made by the machine with product UUID 4c4c4544-0000-0000-0000-000000000002", true},
+		{"a record that does not parse", "{", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: its kiln-machine.json does not parse", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, fwCfg)
+			files := map[string]string{"/var/lib/kiln/config.ign": stored}
+			if tc.record != "" {
+				files["/var/lib/kiln-state/kiln-machine.json"] = tc.record
+			}
+			for p, d := range files {
+				os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+				os.WriteFile(filepath.Join(root, p), []byte(d), 0o600)
+			}
+			sys := &fakeSys{answers: map[string]answer{"blkid -o device -t LABEL=KILN-STATE": {"/dev/vdb1\n", nil}}}
+			var out bytes.Buffer
+			a := &Agent{Root: root, Console: &out, Sys: sys, Machine: me}
+			if err := a.Run(context.Background()); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if got := finalLines(out.String()); len(got) != 1 || got[0] != "kiln-firstboot: done source="+tc.wantSource {
+				t.Fatalf("final lines %q, want done source=%s\n%s", got, tc.wantSource, out.String())
+			}
+			if !strings.Contains(out.String(), "kiln-firstboot: "+tc.wantLine) {
+				t.Errorf("the console does not say %q:\n%s", tc.wantLine, out.String())
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, "etc/motd")); string(b) != tc.wantMotd {
+				t.Errorf("/etc/motd = %q, want %q", b, tc.wantMotd)
+			}
+			rec, _ := os.ReadFile(filepath.Join(root, "/var/lib/kiln-state/kiln-machine.json"))
+			if tc.record == "" && !strings.Contains(string(rec), `"productUUID": "4c4c4544-0042-3510-8051-b4c04f4e3132"`) {
+				t.Errorf("the adopted partition's record: %s", rec)
+			}
+			if tc.record != "" && string(rec) != tc.record {
+				t.Errorf("the record changed: %s", rec)
+			}
+			var binds, umounts int
+			for _, c := range sys.cmds {
+				if strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") || strings.HasPrefix(c, "wipefs") {
+					t.Errorf("%q ran", c)
+				}
+				if strings.HasPrefix(c, "mount --bind") {
+					binds++
+				}
+				if strings.HasPrefix(c, "umount ") {
+					umounts++
+				}
+			}
+			if tc.foreign {
+				if binds != 0 || umounts != 1 || a.status.ForeignState != "/dev/vdb1" || !a.status.FirstBoot {
+					t.Errorf("foreign partition: %d binds, %d umounts, status %+v", binds, umounts, a.status)
+				}
+				if b, _ := os.ReadFile(filepath.Join(root, "/var/lib/kiln/config.ign")); string(b) != stored {
+					t.Errorf("the foreign partition's config was overwritten: %s", b)
+				}
+			} else if binds == 0 || umounts != 0 {
+				t.Errorf("own partition: %d binds, %d umounts", binds, umounts)
 			}
 		})
 	}

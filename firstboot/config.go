@@ -17,7 +17,8 @@ type ignitionConfig = types.Config
 // at most once a minute) while there is none. It never guesses.
 func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, error) {
 	cmdline, _ := os.ReadFile(filepath.Join(a.Root, "/proc/cmdline"))
-	env := source.Env{Root: a.Root, StateMounted: haveState, Cmdline: string(cmdline), Sys: a.Sys, Fetcher: source.NewFetcher(a.logf)}
+	env := source.Env{Root: a.Root, StateMounted: haveState, Cmdline: string(cmdline), Sys: a.Sys, Fetcher: a.fetcher,
+		AllowUnverified: a.settings.AllowUnverifiedConfig, Log: a.logf}
 	var lastSaid time.Time
 	for {
 		name, raw, err := source.First(ctx, source.Standard(env))

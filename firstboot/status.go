@@ -2,15 +2,18 @@ package firstboot
 
 // Status is /run/kiln/status.json: what the agent is doing or did.
 type Status struct {
-	State     string      `json:"state"` // running, waiting, done, error
-	Source    string      `json:"source,omitempty"`
-	BootID    string      `json:"bootID"`
-	FirstBoot bool        `json:"firstBoot"`
-	Resumed   bool        `json:"resumed,omitempty"` // a previous first boot died half way
-	Error     string      `json:"error,omitempty"`
-	Report    []string    `json:"report,omitempty"`
-	Steps     []string    `json:"steps,omitempty"`
-	Role      *RoleStatus `json:"role,omitempty"`
+	State     string `json:"state"` // running, waiting, done, error
+	Source    string `json:"source,omitempty"`
+	BootID    string `json:"bootID"`
+	FirstBoot bool   `json:"firstBoot"`
+	Resumed   bool   `json:"resumed,omitempty"` // a previous first boot died half way
+	// ForeignState is the device of a state filesystem another machine
+	// made, left unused.
+	ForeignState string      `json:"foreignState,omitempty"`
+	Error        string      `json:"error,omitempty"`
+	Report       []string    `json:"report,omitempty"`
+	Steps        []string    `json:"steps,omitempty"`
+	Role         *RoleStatus `json:"role,omitempty"`
 }
 
 // RoleStatus is the role step's part of the status (kiln-role.service).

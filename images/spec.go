@@ -37,6 +37,7 @@ type Spec struct {
 	Payload         Payload     `json:"payload,omitempty"`
 	Components      *Components `json:"components,omitempty"`
 	Ignition        string      `json:"ignition,omitempty"`
+	ConfigTrust     ConfigTrust `json:"configTrust,omitempty"`
 	Outputs         []Output    `json:"outputs"`
 	SourceDateEpoch int64       `json:"sourceDateEpoch"`
 	Squashfs        Squashfs    `json:"squashfs"`
@@ -133,6 +134,19 @@ func (c *Components) Each() []NamedComponent {
 type NamedComponent struct {
 	Name string
 	Component
+}
+
+// ConfigTrust says which node configs the agent accepts beyond those
+// verified by kiln.config.hash= or by https.
+type ConfigTrust struct {
+	// AllowUnverified lets a node apply a config fetched over http or
+	// tftp, or read from a KILN-CONFIG drive, with no kiln.config.hash=
+	// to check it against. Off by default: such a config could come from
+	// anyone on the network or at the machine.
+	AllowUnverified bool `json:"allowUnverified,omitempty"`
+	// CABundles are PEM files (relative to the spec file) whose
+	// certificates https config fetches trust besides the system roots.
+	CABundles []string `json:"caBundles,omitempty"`
 }
 
 // Squashfs selects the root filesystem compression.

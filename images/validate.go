@@ -51,6 +51,11 @@ func (s *Spec) validate(l *validation.List) {
 	s.validateComponents(l)
 	s.validateOutputs(l)
 	s.validatePrune(l)
+	for i, b := range s.ConfigTrust.CABundles {
+		if strings.TrimSpace(b) == "" {
+			l.Addf(validation.Path("configTrust.caBundles").Index(i).String(), "must be the path of a PEM file")
+		}
+	}
 	if s.SourceDateEpoch <= 0 {
 		l.Addf("sourceDateEpoch", "must be a positive Unix time (it fixes every timestamp in the image)")
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
@@ -20,15 +21,26 @@ const (
 
 // Result says what a Generate run did.
 type Result struct {
-	PKI   pki.Changes // what this run issued and re-issued
-	Nodes []string    // node config paths written
+	PKI   pki.Changes  // what this run issued and re-issued
+	Nodes []NodeConfig // node configs written
 }
+
+// NodeConfig is one node's config as written.
+type NodeConfig struct {
+	Path string // nodes/<name>.ign under the output directory
+	// Hash is the config's sha512 as the kernel argument
+	// kiln.config.hash= takes it, also written to Path + HashSuffix.
+	Hash string
+}
+
+// HashSuffix names the file beside each config that holds its hash.
+const HashSuffix = ".sha512"
 
 // Generate makes the PKI hold everything the site needs, as the site
 // asks for it now (pki.Store.Ensure: what only the operator can fix is
 // refused before the PKI is written to), renders every node's config, and
-// only when all of them validate puts them at out (nodes/<name>.ign,
-// admin.kubeconfig and the marker listing them) in one rename. A failed run leaves the previous output as it was. out is
+// only when all of them validate puts them at out (nodes/<name>.ign, its
+// sha512 in nodes/<name>.ign.sha512, admin.kubeconfig and the marker listing them) in one rename. A failed run leaves the previous output as it was. out is
 // replaced only when it is missing, empty or kiln gen's own output, and
 // never when that would take the PKI, the site file or the current
 // directory with it: anything else is an *outdir.Refusal, before the PKI
@@ -62,11 +74,15 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 			return res, err
 		}
 		rel := path.Join(NodesDir, n.Name+".ign")
+		hash := ignition.Hash(data)
 		if err := atomicfile.WriteFile(filepath.Join(stage, rel), data, 0o600, nil); err != nil {
 			return res, err
 		}
-		written = append(written, rel)
-		res.Nodes = append(res.Nodes, filepath.Join(out, rel))
+		if err := atomicfile.WriteFile(filepath.Join(stage, rel+HashSuffix), []byte(hash+"\n"), 0o644, nil); err != nil {
+			return res, err
+		}
+		written = append(written, rel, rel+HashSuffix)
+		res.Nodes = append(res.Nodes, NodeConfig{Path: filepath.Join(out, rel), Hash: hash})
 	}
 	admin, err := AdminKubeconfigFor(s, st)
 	if err != nil {

@@ -145,7 +145,8 @@ func TestSameSiteAndPKIGiveIdenticalOutput(t *testing.T) {
 func nodePaths(s *site.Site) []string {
 	var out []string
 	for _, n := range s.Nodes {
-		out = append(out, filepath.Join(NodesDir, n.Name+".ign"))
+		ign := filepath.Join(NodesDir, n.Name+".ign")
+		out = append(out, ign, ign+HashSuffix)
 	}
 	return out
 }
@@ -417,5 +418,35 @@ func TestNodeFileCarriesTheSiteNodesTaints(t *testing.T) {
 	want := []nodefile.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}, {Key: "gpu", Effect: "NoExecute"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("taints = %+v, want %+v", got, want)
+	}
+}
+
+// Each config's sha512, for kiln.config.hash=, is returned and written
+// beside it, and the marker claims the file so a rerun replaces it.
+func TestEachConfigHasItsHashBeside(t *testing.T) {
+	s := exampleSite(t)
+	out := filepath.Join(t.TempDir(), "site")
+	res, err := Generate(s, freshPKI(t, s), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != len(s.Nodes) {
+		t.Fatalf("%d configs reported, want %d", len(res.Nodes), len(s.Nodes))
+	}
+	for _, n := range res.Nodes {
+		data, err := os.ReadFile(n.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		beside, err := os.ReadFile(n.Path + HashSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := ignition.Hash(data); n.Hash != want || string(beside) != want+"\n" {
+			t.Errorf("%s: reported %s, beside it %q; want %s", n.Path, n.Hash, beside, want)
+		}
+	}
+	if _, err := Generate(s, freshPKI(t, s), out); err != nil {
+		t.Errorf("a rerun over output with hash files: %v", err)
 	}
 }

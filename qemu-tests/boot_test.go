@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/firstboot/source"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -99,28 +101,67 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 // Scenario 3: PXE under SeaBIOS and under OVMF, both through iPXE:
 // kernel, initramfs and root come over HTTP from a server on the host's
 // loopback (10.0.2.2 inside QEMU's user network), and the config from
-// ignition.config.url=.
+// ignition.config.url= pinned by kiln.config.hash=. Without the hash the
+// plain-http config is refused: the console says why and nothing is
+// applied.
 func TestPXEFetchesConfigFromURL(t *testing.T) {
 	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
-	for _, fw := range []vm.Firmware{vm.BIOS, vm.UEFI} {
-		t.Run(fw.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fw     vm.Firmware
+		pinned bool
+	}{
+		{"bios", vm.BIOS, true},
+		{"uefi", vm.UEFI, true},
+		{"bios-unpinned", vm.BIOS, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := logDir(t, out)
-			cfg := map[string][]byte{"config.ign": mustJSON(t, nodeConfig(""))}
-			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, cfg, func(p *vm.PXEServer) string {
-				return "ignition.config.url=" + p.GuestURL("config.ign")
+			ign := mustJSON(t, nodeConfig(""))
+			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
+				args := "ignition.config.url=" + p.GuestURL("config.ign")
+				if tc.pinned {
+					args += " " + source.HashArg + "=" + ignition.Hash(ign)
+				}
+				return args
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(pxe.Close)
-			v := startVM(t, vm.Config{CPUs: 1, Name: "pxe-" + fw.String(), Dir: dir, Firmware: fw, Boot: vm.BootPXE,
+			v := startVM(t, vm.Config{CPUs: 1, Name: "pxe-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootPXE,
 				TFTPDir: pxe.TFTPDir, BootFile: pxe.BootFile, MemoryMiB: 2048})
+			if !tc.pinned {
+				expectNothingApplied(t, v, "refusing the config from "+pxe.GuestURL("config.ign")+": nothing verifies it")
+				return
+			}
 			waitLine(t, v, doneLine+"url")
 			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
 			expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
 		})
+	}
+}
+
+// expectNothingApplied waits for the agent's error line, which must
+// contain want, then makes sure no config was applied.
+func expectNothingApplied(t *testing.T, v *vm.VM, want string) {
+	t.Helper()
+	line := waitLine(t, v, errorLine)
+	if !strings.Contains(line, want) {
+		t.Errorf("error line %q does not say %q", line, want)
+	}
+	// Proving that nothing happened needs a bounded wait: the agent has
+	// exited with its error line, and a unit an applied config enabled
+	// would print within seconds of it. No later console line marks the
+	// end of this boot: systemd's status lines do not reliably
+	// reach the console, and the login prompt comes before the agent ends.
+	time.Sleep(30 * time.Second)
+	for _, re := range []string{probeLine, doneLine} {
+		if l, ok := v.Find(regexp.MustCompile(re)); ok {
+			t.Errorf("a refused config was applied: console shows %q", l)
+		}
 	}
 }
 
@@ -132,21 +173,6 @@ func TestInvalidConfigChangesNothing(t *testing.T) {
 	dir := logDir(t, out)
 	v := startVM(t, vm.Config{CPUs: 1, Name: "invalid", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
 		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, invalidConfig())})
-	line := waitLine(t, v, errorLine)
-	if !strings.Contains(line, "invalid config from fw_cfg") {
-		t.Errorf("error line %q does not say the fw_cfg config is invalid", line)
-	}
-	report := waitLine(t, v, `kiln-firstboot: config: .*storage\.files\.2\.path`)
-	t.Logf("report: %s", report)
-	// Proving that nothing happened needs a bounded wait: the agent has
-	// exited with its error line, and a unit an applied config enabled
-	// would print within seconds of it. No later console line marks the
-	// end of this boot: systemd's status lines do not reliably
-	// reach the console, and the login prompt comes before the agent ends.
-	time.Sleep(30 * time.Second)
-	for _, re := range []string{probeLine, doneLine} {
-		if l, ok := v.Find(regexp.MustCompile(re)); ok {
-			t.Errorf("an invalid config was applied: console shows %q", l)
-		}
-	}
+	expectNothingApplied(t, v, "invalid config from fw_cfg")
+	t.Logf("report: %s", waitLine(t, v, `kiln-firstboot: config: .*storage\.files\.2\.path`))
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kiln-project/kiln/firstboot"
+	"github.com/kiln-project/kiln/firstboot/hostkeys"
 	"github.com/spf13/cobra"
 )
 
@@ -24,7 +27,11 @@ KILN-STATE), a config embedded in the image (/usr/lib/kiln/config.ign), QEMU
 fw_cfg opt/com.coreos/config, the kernel argument ignition.config.url=
 (http, https, tftp; ${mac}, ${uuid}, ${hostname} are substituted), and a
 config drive labelled KILN-CONFIG holding config.ign. With none, the agent says
-so on the console and waits: it never guesses a role.
+so on the console and waits: it never guesses a role. A config from http, tftp
+or a config drive is used only when the kernel argument
+kiln.config.hash=sha512-<hex> pins it (or the image spec's
+configTrust.allowUnverified allows it); a state partition another machine made
+is not used.
 
 On the first boot it creates the state partition (on the disk the config
 labels KILN-STATE, else in the boot disk's free space), stores the config
@@ -52,7 +59,7 @@ It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
 			return runAgent(ctx, agent)
 		},
 	}
-	cmd.AddCommand(newRoleCmd())
+	cmd.AddCommand(newRoleCmd(), newHostKeysCmd())
 	cmd.Flags().StringVar(&root, "root", "/", "root of the node to configure (for tests)")
 	cmd.Flags().BoolVar(&once, "once", false, "do not wait for a config: fail when there is none")
 	cmd.Flags().BoolVar(&noSystemd, "no-systemd", false, "write units but do not reload, enable or start them (no running systemd)")
@@ -65,4 +72,31 @@ func runAgent(ctx context.Context, a *firstboot.Agent) error {
 		return reportedError{err}
 	}
 	return nil
+}
+
+func newHostKeysCmd() *cobra.Command {
+	var root string
+	cmd := &cobra.Command{
+		Use:   "host-keys",
+		Short: "Install the node's SSH host keys, made once and kept on the state partition (run by ssh.service)",
+		Long: `Copy the SSH host keys kept in /var/lib/kiln/ssh (on the state partition)
+into /etc/ssh, which the image rebuilds on every boot, making only the ones
+missing there: a node keeps its host keys across reboots. A key the node's
+Ignition config wrote into /etc/ssh is left as it is. ssh.service runs this
+after kiln-firstboot, in place of Debian's ssh-keygen -A; without a state
+partition the keys live in RAM and are new each boot.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			made, err := hostkeys.Installer{Root: root}.Install()
+			if err != nil {
+				return err
+			}
+			if len(made) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "kiln-firstboot: SSH host keys made: %s\n", strings.Join(made, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
+	return cmd
 }

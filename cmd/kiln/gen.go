@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
@@ -34,6 +35,10 @@ The output directory gets, all or nothing (a failed run leaves it as it was):
   nodes/<name>.ign     the node's Ignition config (spec 3.5): hostname, networkd
                        file, SSH keys, its certificates and kubeconfigs, the seed
                        discovery zone and /etc/kiln/node.json (role, cluster)
+  nodes/<name>.ign.sha512
+                       its sha512 (also printed), for the kernel argument
+                       kiln.config.hash= that a node fetching its config over
+                       http or tftp needs (see docs/security.md)
   admin.kubeconfig     cluster-admin credentials, server = the genesis node
 
 The output directory is replaced as a whole, so kiln gen replaces it only when
@@ -60,8 +65,8 @@ or embedded in the image (see docs/site.md).`,
 			if len(res.PKI.Issued)+len(res.PKI.Reissued) == 0 {
 				fmt.Fprintf(w, "PKI in %s: nothing missing, nothing issued\n", pkiDir)
 			}
-			for _, p := range res.Nodes {
-				fmt.Fprintf(w, "wrote %s\n", p)
+			for _, n := range res.Nodes {
+				fmt.Fprintf(w, "wrote %s %s=%s\n", n.Path, source.HashArg, n.Hash)
 			}
 			return nil
 		},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/internal/treetest"
 	"github.com/kiln-project/kiln/pki"
@@ -43,6 +44,10 @@ func TestGenCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, outdir.MarkerName)); err != nil {
 		t.Errorf("no marker in the output: %v", err)
+	}
+	w2, _ := os.ReadFile(filepath.Join(out, "nodes", "w2.ign"))
+	if want := "wrote " + filepath.Join(out, "nodes", "w2.ign") + " kiln.config.hash=" + ignition.Hash(w2) + "\n"; !strings.Contains(got, want) {
+		t.Errorf("first run does not print w2's hash (%s):\n%s", want, got)
 	}
 	got, err = runCmd(t, "gen", "-f", site, "--pki", pkiDir, "-o", out)
 	if err != nil || !strings.Contains(got, "nothing missing, nothing issued") {

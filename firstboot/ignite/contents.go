@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"net/url"
 	"strings"
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // Fetcher reads remote contents (http, https, tftp).
@@ -94,23 +91,7 @@ func verify(data []byte, want *string, what string) error {
 	if want == nil {
 		return nil
 	}
-	algo, sum, ok := strings.Cut(*want, "-")
-	var h hash.Hash
-	switch {
-	case !ok:
-		return fmt.Errorf("verification hash %q is not <algo>-<hex>", *want)
-	case algo == "sha256":
-		h = sha256.New()
-	case algo == "sha512":
-		h = sha512.New()
-	default:
-		return fmt.Errorf("verification hash algorithm %q is not supported", algo)
-	}
-	h.Write(data)
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return fmt.Errorf("verification failed: %s is %s-%s, the config pins %s", what, algo, got, *want)
-	}
-	return nil
+	return ignition.VerifyHash(data, *want, what)
 }
 
 // decodeDataURL decodes an RFC 2397 data URL.

@@ -2,6 +2,8 @@ package source
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -134,4 +136,17 @@ func sizeString(n int64) string {
 		return fmt.Sprintf("%d MiB", n>>20)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// TrustRoots makes https fetches verify servers against pool (the system
+// roots plus the image's CA bundles) instead of the system roots alone.
+func (f *Fetcher) TrustRoots(pool *x509.CertPool) {
+	if pool == nil {
+		return
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool}
+	client := *f.Client
+	client.Transport = t
+	f.Client = &client
 }

@@ -51,6 +51,11 @@ type Env struct {
 	Cmdline      string // the kernel command line
 	Sys          System
 	Fetcher      *Fetcher
+	// AllowUnverified lets a config from http, tftp or a config drive be
+	// used without kiln.config.hash= (the image spec's
+	// configTrust.allowUnverified).
+	AllowUnverified bool
+	Log             func(format string, args ...any)
 }
 
 // Standard returns the sources in the order the agent tries them.
@@ -112,13 +117,25 @@ func (e Env) url(ctx context.Context) ([]byte, error) {
 		return nil, ErrAbsent
 	}
 	u := substitute(raw, nodeFacts(e.Root))
-	return e.Fetcher.Fetch(ctx, u)
+	p, err := e.pin("the config from "+u, plainURL(u))
+	if err != nil {
+		return nil, err
+	}
+	data, err := e.Fetcher.Fetch(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return data, p.check(data)
 }
 
 func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 	dev := e.path("/dev/disk/by-label/" + ConfigDriveLabel)
 	if _, err := os.Stat(dev); err != nil {
 		return nil, ErrAbsent
+	}
+	p, err := e.pin("the config on the "+ConfigDriveLabel+" drive", true)
+	if err != nil {
+		return nil, err
 	}
 	mnt, err := os.MkdirTemp(e.path("/run"), "kiln-config-drive-")
 	if err != nil {
@@ -133,7 +150,7 @@ func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config drive %s: %w", ConfigDriveLabel, err)
 	}
-	return data, nil
+	return data, p.check(data)
 }
 
 // cmdlineArg returns the value of key=value on a kernel command line.

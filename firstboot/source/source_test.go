@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 func write(t *testing.T, root, p, data string) {
@@ -48,7 +50,8 @@ func TestSourcesOrderFirstHitWins(t *testing.T) {
 		{"embedded before fw_cfg", map[string]string{EmbeddedConfigPath: "emb", fwCfgPath: "fw"}, true, "", Embedded, "emb"},
 		{"fw_cfg before url", map[string]string{fwCfgPath: "fw"}, true, "ignition.config.url=" + srv.URL + "/x", FwCfg, "fw"},
 		{"url with substitution", map[string]string{"/sys/class/net/eth0/address": "52:54:00:12:34:56\n", "/sys/class/dmi/id/product_uuid": "ABC-1\n"}, false,
-			"quiet ignition.config.url=" + srv.URL + "/${mac}/${uuid}.ign", URL, "from-url /52:54:00:12:34:56/abc-1.ign"},
+			"quiet ignition.config.url=" + srv.URL + "/${mac}/${uuid}.ign " + HashArg + "=" + ignition.Hash([]byte("from-url /52:54:00:12:34:56/abc-1.ign")),
+			URL, "from-url /52:54:00:12:34:56/abc-1.ign"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +83,7 @@ func TestBrokenSourceStopsTheSearch(t *testing.T) {
 	defer srv.Close()
 	root := t.TempDir()
 	f := &Fetcher{Client: srv.Client(), Timeout: 300 * time.Millisecond, Retry: 50 * time.Millisecond}
-	env := Env{Root: root, Cmdline: "ignition.config.url=" + srv.URL + "/missing", Sys: noSys{}, Fetcher: f}
+	env := Env{Root: root, Cmdline: "ignition.config.url=" + srv.URL + "/missing", Sys: noSys{}, Fetcher: f, AllowUnverified: true}
 	name, _, err := First(context.Background(), Standard(env))
 	if name != URL || err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("got %s, %v; want the url source to fail with its 404", name, err)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,6 +42,8 @@ type Manager struct {
 	Log  func(format string, args ...any)
 	// Settle is how long to wait for udev to show a new partition.
 	Settle time.Duration
+	// Machine identifies the node; nil reads it from sysfs under Root.
+	Machine Machine
 }
 
 func (m *Manager) path(p string) string { return filepath.Join(m.Root, p) }
@@ -53,36 +56,58 @@ func (m *Manager) logf(format string, args ...any) {
 
 // Find returns the device of an existing state filesystem, if any. A
 // failed lookup is an error, not "none": the agent would go on to create
-// a state partition next to the one it could not see.
+// a state partition next to the one it could not see. So are two: the
+// agent does not guess which one is this machine's.
 func (m *Manager) Find(ctx context.Context) (string, bool, error) {
 	m.Sys.Run(ctx, "udevadm", "settle", "--timeout=30")
-	out, err := m.Sys.Run(ctx, "blkid", "-L", Label)
+	out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "LABEL="+Label)
 	if exitCode(err) == blkidNothingFound && len(bytes.TrimSpace(out)) == 0 {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, err)
 	}
-	dev := strings.TrimSpace(string(out))
-	return dev, dev != "", nil
+	devs := strings.Fields(string(out))
+	if len(devs) > 1 {
+		return "", false, fmt.Errorf("%d filesystems are labelled %s (%s): not guessing which one is this machine's; remove or relabel all but one",
+			len(devs), Label, strings.Join(devs, ", "))
+	}
+	return strings.Join(devs, ""), len(devs) == 1, nil
 }
 
-// Mount mounts dev on MountPoint and binds every persistent path onto a
-// directory of the same name in it. Already-mounted paths are left alone,
-// so Mount is safe to repeat.
-func (m *Manager) Mount(ctx context.Context, dev string) error {
+// Mount mounts dev on MountPoint and, when its record names this machine
+// (or it has none yet: then it is recorded), binds every persistent path
+// onto a directory of the same name in it. Another machine's is
+// unmounted again, untouched, with a *ForeignError. Already-mounted paths
+// are left alone, so Mount is safe to repeat.
+func (m *Manager) Mount(ctx context.Context, dev string) (Ownership, error) {
 	mounted, err := m.mountPoints()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !mounted[MountPoint] {
 		if err := os.MkdirAll(m.path(MountPoint), 0o755); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := m.Sys.Run(ctx, "mount", "-t", "ext4", "-o", "noatime", dev, m.path(MountPoint)); err != nil {
-			return fmt.Errorf("mounting %s on %s: %w", dev, MountPoint, err)
+			return 0, fmt.Errorf("mounting %s on %s: %w", dev, MountPoint, err)
 		}
 	}
+	own, err := m.claim()
+	var foreign *ForeignError
+	if errors.As(err, &foreign) {
+		foreign.Dev = dev
+		if uerr := m.unmount(ctx); uerr != nil {
+			return 0, fmt.Errorf("%w; %w", err, uerr)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return own, m.bind(ctx, mounted)
+}
+
+func (m *Manager) bind(ctx context.Context, mounted map[string]bool) error {
 	for _, dir := range PersistentDirs {
 		if mounted[dir] {
 			continue

@@ -222,7 +222,7 @@ func TestCreateStopsWhenAProbeFails(t *testing.T) {
 }
 
 func TestFindTellsNoStateFromAFailedLookup(t *testing.T) {
-	lookup := "blkid -L " + Label
+	lookup := "blkid -o device -t LABEL=" + Label
 	tests := []struct {
 		name    string
 		answer  answer
@@ -233,6 +233,7 @@ func TestFindTellsNoStateFromAFailedLookup(t *testing.T) {
 		{"no such label", answer{"", exitStatus(2)}, "", false},
 		{"blkid fails", answer{"", exitStatus(4)}, "", true},
 		{"blkid missing", answer{"", exec.ErrNotFound}, "", true},
+		{"two: a stray drive beside the state disk", answer{"/dev/vda3\n/dev/sdb1\n", nil}, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

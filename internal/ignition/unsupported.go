@@ -44,16 +44,16 @@ func unsupported(c types.Config) []string {
 
 func (p *problems) ignitionSection(ig types.Ignition) {
 	for i := range ig.Config.Merge {
-		p.add(fmt.Sprintf("ignition.config.merge[%d]", i), "kiln fetches no other config: give the node one whole config")
+		p.add(fmt.Sprintf("ignition.config.merge[%d]", i), "kiln fetches no other config: give the node one whole config (pinned by kiln.config.hash=)")
 	}
 	if ig.Config.Replace.Source != nil {
-		p.add("ignition.config.replace", "kiln fetches no other config: give the node one whole config")
+		p.add("ignition.config.replace", "kiln fetches no other config: give the node one whole config (pinned by kiln.config.hash=)")
 	}
 	if ig.Timeouts.HTTPResponseHeaders != nil || ig.Timeouts.HTTPTotal != nil {
 		p.add("ignition.timeouts", "not applied by kiln (a request times out after 30s, a URL after 3 minutes of retries)")
 	}
 	for i := range ig.Security.TLS.CertificateAuthorities {
-		p.add(fmt.Sprintf("ignition.security.tls.certificateAuthorities[%d]", i), "not applied by kiln (https is verified against the image's CA certificates)")
+		p.add(fmt.Sprintf("ignition.security.tls.certificateAuthorities[%d]", i), "not applied by kiln (https is verified against the system roots plus the image spec's configTrust.caBundles)")
 	}
 	if ig.Proxy.HTTPProxy != nil || ig.Proxy.HTTPSProxy != nil || len(ig.Proxy.NoProxy) > 0 {
 		p.add("ignition.proxy", "not applied by kiln (it fetches without a proxy)")

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/builder"
+	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
@@ -165,7 +167,7 @@ func pxeBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), err
 			if plain {
 				return maskAgent
 			}
-			return "ignition.config.url=" + p.GuestURL("config.ign")
+			return "ignition.config.url=" + p.GuestURL("config.ign") + " " + source.HashArg + "=" + ignition.Hash(ign)
 		})
 		if err != nil {
 			return vm.Config{}, nil, err

@@ -1,0 +1,96 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kiln-project/kiln/firstboot/machine"
+	"github.com/kiln-project/kiln/internal/atomicfile"
+)
+
+// RecordFile, at the root of the state filesystem, names the machine
+// that made it.
+const RecordFile = "kiln-machine.json"
+
+// Machine tells which machine the agent runs on.
+type Machine interface {
+	Identity() (machine.ID, error)
+}
+
+// Ownership is how Mount found the state filesystem.
+type Ownership int
+
+const (
+	// Owned: its record names this machine.
+	Owned Ownership = iota
+	// Adopted: it had no record (it is new, or an earlier kiln made it);
+	// now it names this machine.
+	Adopted
+)
+
+// ForeignError is a state filesystem that is not this machine's: made by
+// another one, or with a record that cannot be read as one. It is left
+// unmounted and untouched.
+type ForeignError struct {
+	Dev    string
+	Reason string
+}
+
+func (e *ForeignError) Error() string {
+	return fmt.Sprintf("the %s filesystem on %s is not this machine's: %s", Label, e.Dev, e.Reason)
+}
+
+type record struct {
+	Version int `json:"version"`
+	machine.ID
+}
+
+// claim compares the mounted state filesystem's record with this machine,
+// writing the record when there is none.
+func (m *Manager) claim() (Ownership, error) {
+	this, err := m.machine().Identity()
+	if err != nil {
+		return 0, fmt.Errorf("identifying this machine: %w", err)
+	}
+	path := m.path(filepath.Join(MountPoint, RecordFile))
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if this.Empty() {
+			return 0, &ForeignError{Reason: "this machine has no product UUID and no NIC to record as its owner"}
+		}
+		rec, _ := json.MarshalIndent(record{Version: 1, ID: this}, "", "  ")
+		if err := atomicfile.WriteFile(path, append(rec, '\n'), 0o644, nil); err != nil {
+			return 0, fmt.Errorf("recording this machine on the state partition: %w", err)
+		}
+		return Adopted, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the state partition's owner: %w", err)
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return 0, &ForeignError{Reason: fmt.Sprintf("its %s does not parse (%v), so its owner is unknown", RecordFile, err)}
+	}
+	if !machine.Same(rec.ID, this) {
+		return 0, &ForeignError{Reason: fmt.Sprintf("it was made by the machine with %s; this one has %s", rec.ID, this)}
+	}
+	return Owned, nil
+}
+
+func (m *Manager) machine() Machine {
+	if m.Machine != nil {
+		return m.Machine
+	}
+	return machine.Sysfs{Root: m.Root}
+}
+
+func (m *Manager) unmount(ctx context.Context) error {
+	if _, err := m.Sys.Run(ctx, "umount", m.path(MountPoint)); err != nil {
+		return fmt.Errorf("unmounting %s: %w", MountPoint, err)
+	}
+	return nil
+}
