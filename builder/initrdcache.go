@@ -3,6 +3,7 @@ package builder
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -227,20 +228,31 @@ func cpioNames(image []byte) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			data, err := io.ReadAll(zr)
-			zr.Close()
+			return compressedRest(names, zr.IOReadCloser(), "zstd")
+		case bytes.Equal(magic[:2], []byte{0x1f, 0x8b}):
+			zr, err := gzip.NewReader(r)
 			if err != nil {
-				return nil, fmt.Errorf("initramfs (zstd part): %w", err)
+				return nil, err
 			}
-			rest, err := cpioNames(data)
-			if err != nil {
-				return nil, fmt.Errorf("initramfs (zstd part): %w", err)
-			}
-			return append(names, rest...), nil
+			return compressedRest(names, zr, "gzip")
 		default:
-			return nil, fmt.Errorf("initramfs: unknown section starting %x (only newc cpio and zstd are read)", magic)
+			return nil, fmt.Errorf("initramfs: unknown section starting %x (only newc cpio, zstd and gzip are read)", magic)
 		}
 	}
+}
+
+// compressedRest reads the compressed archive that ends an initramfs.
+func compressedRest(names []string, r io.ReadCloser, how string) ([]string, error) {
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("initramfs (%s part): %w", how, err)
+	}
+	rest, err := cpioNames(data)
+	if err != nil {
+		return nil, fmt.Errorf("initramfs (%s part): %w", how, err)
+	}
+	return append(names, rest...), nil
 }
 
 func skipZeros(r *bufio.Reader) error {

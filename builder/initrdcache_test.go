@@ -2,6 +2,7 @@ package builder
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,6 +65,14 @@ func TestCpioNamesReadsEarlyAndCompressedArchives(t *testing.T) {
 	want := []string{"kernel", "kernel/x86/microcode.bin", "usr", "usr/bin/udevadm", "etc/initrd-release"}
 	if !slices.Equal(got, want) {
 		t.Errorf("cpioNames = %q, want %q", got, want)
+	}
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write(main)
+	w.Close()
+	got, err = cpioNames(append(early, gz.Bytes()...))
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("gzip initramfs: cpioNames = %q, %v; want %q", got, err, want)
 	}
 	if _, err := cpioNames([]byte("BZh91AY&SY")); err == nil || !strings.Contains(err.Error(), "unknown section") {
 		t.Errorf("a bzip2 initramfs: err = %v, want an unknown section error", err)
