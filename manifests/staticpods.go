@@ -83,9 +83,12 @@ func APIServer(p Params) *corev1.Pod {
 		{"requestheader-group-headers", "X-Remote-Group"},
 		{"requestheader-username-headers", "X-Remote-User"},
 	}
+	flags = append(flags, apiServerHardening()...)
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
 	startupProbe(pod, timing(p))
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	mount(pod, "apiserver-config", APIServerConfigDir, true, corev1.HostPathDirectory)
+	mount(pod, "audit-log", AuditLogDir, false, corev1.HostPathDirectoryOrCreate)
 	return pod
 }
 
@@ -117,6 +120,7 @@ func ControllerManager(p Params) *corev1.Pod {
 		{"cluster-cidr", c.PodCIDR},
 		{"service-cluster-ip-range", c.ServiceCIDR},
 	}
+	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-controller-manager", p.Images.ControllerManager, command("kube-controller-manager", flags), httpProbe("/healthz", 10257, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
 	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
@@ -137,6 +141,7 @@ func Scheduler(p Params) *corev1.Pod {
 		{"leader-elect-renew-deadline", seconds(t.RenewDeadline)},
 		{"leader-elect-retry-period", seconds(t.RetryPeriod)},
 	}
+	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-scheduler", p.Images.Scheduler, command("kube-scheduler", flags), httpProbe("/livez", 10259, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
 	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)

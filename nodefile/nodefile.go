@@ -18,6 +18,8 @@ const (
 	Path          = "/etc/kiln/node.json"
 	PKIDir        = "/etc/kiln/pki"
 	KubeconfigDir = "/etc/kiln/kubeconfig"
+	// APIServerConfigDir holds the apiserver's configuration files.
+	APIServerConfigDir = "/etc/kiln/apiserver"
 )
 
 // APIVersion and Kind identify the document.
