@@ -28,6 +28,17 @@ type etcdTLS struct {
 	ClientCertAuth bool   `json:"client-cert-auth"`
 }
 
+// files are the block's certificate, key and CA files.
+func (t etcdTLS) files() []string { return []string{t.CertFile, t.KeyFile, t.TrustedCAFile} }
+
+// etcdTransport is etcd's TLS for clients and peers: its own
+// certificates, the etcd CA, client certificates required. These are the
+// only PKI files etcd's pod mounts.
+func etcdTransport() (client, peer etcdTLS) {
+	return etcdTLS{pki("etcd-server.crt"), pki("etcd-server.key"), pki("etcd/ca.crt"), true},
+		etcdTLS{pki("etcd-peer.crt"), pki("etcd-peer.key"), pki("etcd/ca.crt"), true}
+}
+
 // etcdConfig is etcd's configuration file (etcd.conf.yml's keys): with
 // --config-file etcd reads nothing else.
 type etcdConfig struct {
@@ -53,6 +64,7 @@ type etcdConfig struct {
 // with strong ciphers for clients and peers, data on the state partition, the membership from the record.
 func EtcdConfig(p Params) ([]byte, error) {
 	ip, t := p.Node.Address, timing(p)
+	client, peer := etcdTransport()
 	c := etcdConfig{
 		Name:                     p.Node.Name,
 		DataDir:                  EtcdDataDir,
@@ -66,8 +78,8 @@ func EtcdConfig(p Params) ([]byte, error) {
 		SnapshotCount:            10000,
 		HeartbeatInterval:        t.EtcdHeartbeat.Milliseconds(),
 		ElectionTimeout:          t.EtcdElection.Milliseconds(),
-		ClientTransportSecurity:  etcdTLS{pki("etcd-server.crt"), pki("etcd-server.key"), pki("etcd/ca.crt"), true},
-		PeerTransportSecurity:    etcdTLS{pki("etcd-peer.crt"), pki("etcd-peer.key"), pki("etcd/ca.crt"), true},
+		ClientTransportSecurity:  client,
+		PeerTransportSecurity:    peer,
 		TLSMinVersion:            etcdTLSMinVersion,
 		CipherSuites:             TLSCipherSuites,
 	}

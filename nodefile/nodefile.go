@@ -15,7 +15,8 @@ import (
 // Where kiln gen's files land on a node: this file, the node's PKI files
 // and its kubeconfigs. The agent and the manifests read them there.
 const (
-	Path          = "/etc/kiln/node.json"
+	Dir           = "/etc/kiln"
+	Path          = Dir + "/node.json"
 	PKIDir        = "/etc/kiln/pki"
 	KubeconfigDir = "/etc/kiln/kubeconfig"
 	// APIServerConfigDir holds the apiserver's configuration files.
