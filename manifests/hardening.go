@@ -6,12 +6,15 @@ import (
 	"github.com/kiln-project/kiln/nodefile"
 )
 
-// The apiserver's configuration files, rendered by the role on every
-// boot. Only the apiserver mounts them.
+// The apiserver's configuration files: the role renders the audit policy
+// and the authentication configuration on every boot; kiln gen writes the
+// encryption configuration, which holds the key. Only the apiserver
+// mounts any of them.
 const (
-	APIServerConfigDir = nodefile.APIServerConfigDir
-	AuditPolicyPath    = APIServerConfigDir + "/audit-policy.yaml"
-	AuthnConfigPath    = APIServerConfigDir + "/authentication.yaml"
+	APIServerConfigDir   = nodefile.APIServerConfigDir
+	AuditPolicyPath      = APIServerConfigDir + "/audit-policy.yaml"
+	AuthnConfigPath      = APIServerConfigDir + "/authentication.yaml"
+	EncryptionConfigPath = nodefile.EncryptionConfigPath
 )
 
 // AuditLogDir is where the apiserver writes its audit log: under
@@ -99,12 +102,13 @@ rules:
 - level: Metadata
 `
 
-// apiServerHardening are the apiserver's flags from issue 13: the audit
-// log, no profiling, kubelets checked against the CA that issued their
+// apiServerHardening are the apiserver's flags from issue 13: Secrets
+// encrypted in etcd, the audit log, no profiling, kubelets checked against the CA that issued their
 // serving certificates, and anonymous access limited by the
 // authentication configuration.
 func apiServerHardening() []arg {
 	return append([]arg{
+		{"encryption-provider-config", EncryptionConfigPath},
 		{"authentication-config", AuthnConfigPath},
 		{"kubelet-certificate-authority", pki("ca.crt")},
 		{"profiling", "false"},

@@ -53,6 +53,7 @@ func TestControlPlaneFlagsHarden(t *testing.T) {
 	}{
 		{"kube-apiserver", map[string]string{
 			"profiling":                     "false",
+			"encryption-provider-config":    EncryptionConfigPath,
 			"kubelet-certificate-authority": PKIDir + "/ca.crt",
 			"authentication-config":         AuthnConfigPath,
 			"audit-policy-file":             AuditPolicyPath,

@@ -31,6 +31,7 @@ var secretFiles = []struct {
 	allowed []string
 }{
 	{PKIDir + "/ca.key", []string{"kube-controller-manager"}},
+	{EncryptionConfigPath, []string{"kube-apiserver"}},
 	{PKIDir + "/sa.key", []string{"kube-apiserver", "kube-controller-manager"}},
 	{PKIDir + "/apiserver.key", []string{"kube-apiserver"}},
 	{PKIDir + "/apiserver-etcd-client.key", []string{"kube-apiserver"}},

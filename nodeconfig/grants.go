@@ -76,8 +76,9 @@ func kubeconfigsFor(n site.Node) []kubeconfig {
 	return out
 }
 
-// isSecret reports whether a node file holds key material: private keys
-// and kubeconfigs (which embed one).
+// isSecret reports whether a node file holds key material: private keys,
+// kubeconfigs (which embed one) and the encryption configuration.
 func isSecret(nodePath string) bool {
-	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/")
+	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/") ||
+		nodePath == EncryptionConfigPath
 }

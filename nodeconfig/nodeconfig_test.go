@@ -450,3 +450,40 @@ func TestEachConfigHasItsHashBeside(t *testing.T) {
 		t.Errorf("a rerun over output with hash files: %v", err)
 	}
 }
+
+// Masters, and only masters, get the Secrets encryption key, root-only,
+// as the configuration the apiserver reads; a second run reuses the key.
+func TestMastersAloneGetTheEncryptionKey(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	key, err := st.EncryptionKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := st.EncryptionKey(); err != nil || !bytes.Equal(again, key) {
+		t.Fatalf("a second run changed the key (%v)", err)
+	}
+	secret := "secret: " + base64.StdEncoding.EncodeToString(key)
+	for _, n := range s.Nodes {
+		data, err := Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := decode(t, data).Storage.Files
+		i := slices.IndexFunc(files, func(f types.File) bool { return f.Path == EncryptionConfigPath })
+		switch {
+		case !n.IsMaster() && i >= 0:
+			t.Errorf("worker %s gets %s", n.Name, EncryptionConfigPath)
+		case !n.IsMaster():
+		case i < 0:
+			t.Errorf("master %s lacks %s", n.Name, EncryptionConfigPath)
+		case *files[i].Mode != 0o600:
+			t.Errorf("%s:%s has mode %o", n.Name, EncryptionConfigPath, *files[i].Mode)
+		case !strings.Contains(string(contents(t, files[i])), secret) || !strings.Contains(string(contents(t, files[i])), "- secretbox:"):
+			t.Errorf("%s:%s does not encrypt with the PKI's key:\n%s", n.Name, EncryptionConfigPath, contents(t, files[i]))
+		}
+	}
+}

@@ -13,14 +13,16 @@ import (
 
 // Paths on the node, as docs/architecture.md fixes them.
 const (
-	NodeFilePath   = nodefile.Path
-	PKIDir         = nodefile.PKIDir
-	KubeconfigDir  = nodefile.KubeconfigDir
-	ZonePath       = "/etc/kiln/discovery.zone"
-	NetworkPath    = "/etc/systemd/network/10-kiln.network"
-	HostnamePath   = "/etc/hostname"
-	IgnitionSpec   = "3.5.0"
-	StatePartLabel = "KILN-STATE"
+	NodeFilePath  = nodefile.Path
+	PKIDir        = nodefile.PKIDir
+	KubeconfigDir = nodefile.KubeconfigDir
+	ZonePath      = "/etc/kiln/discovery.zone"
+	// EncryptionConfigPath holds the Secrets encryption key: masters only.
+	EncryptionConfigPath = nodefile.EncryptionConfigPath
+	NetworkPath          = "/etc/systemd/network/10-kiln.network"
+	HostnamePath         = "/etc/hostname"
+	IgnitionSpec         = "3.5.0"
+	StatePartLabel       = "KILN-STATE"
 )
 
 func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {

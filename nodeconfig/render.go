@@ -42,6 +42,13 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 		}
 		add(g.to, data)
 	}
+	if n.IsMaster() {
+		key, err := st.EncryptionKey()
+		if err != nil {
+			return nil, fmt.Errorf("node %s needs the Secrets encryption key: %w", n.Name, err)
+		}
+		add(EncryptionConfigPath, EncryptionConfig(key))
+	}
 	server := fmt.Sprintf("https://%s", net.JoinHostPort(s.Cluster.DiscoveryName, fmt.Sprint(s.Cluster.APIServerPort)))
 	for _, k := range kubeconfigsFor(n) {
 		data, err := Kubeconfig(s, st, server, k.stem)

@@ -21,6 +21,9 @@ const (
 	KubeconfigDir = "/etc/kiln/kubeconfig"
 	// APIServerConfigDir holds the apiserver's configuration files.
 	APIServerConfigDir = "/etc/kiln/apiserver"
+	// EncryptionConfigPath is the apiserver's encryption configuration,
+	// which holds the key Secrets are encrypted in etcd with.
+	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
 )
 
 // APIVersion and Kind identify the document.
