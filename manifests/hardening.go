@@ -103,21 +103,28 @@ rules:
 `
 
 // apiServerHardening are the apiserver's flags from issue 13: Secrets
-// encrypted in etcd, the audit log, no profiling, kubelets checked against the CA that issued their
-// serving certificates, and anonymous access limited by the
-// authentication configuration.
-func apiServerHardening() []arg {
-	return append([]arg{
+// encrypted in etcd, anonymous access limited by the authentication
+// configuration, the audit log, no profiling, and, when every node has a
+// static address, kubelets checked against the CA that issued their
+// serving certificates (a DHCP node's names no address, and the
+// apiserver dials its InternalIP: its logs and exec would fail).
+func apiServerHardening(p Params) []arg {
+	flags := []arg{
 		{"encryption-provider-config", EncryptionConfigPath},
 		{"authentication-config", AuthnConfigPath},
-		{"kubelet-certificate-authority", pki("ca.crt")},
-		{"profiling", "false"},
-		{"audit-policy-file", AuditPolicyPath},
-		{"audit-log-path", AuditLogPath},
-		{"audit-log-maxage", auditMaxAgeDays},
-		{"audit-log-maxbackup", auditMaxBackups},
-		{"audit-log-maxsize", auditMaxSizeMB},
-	}, tlsFlags()...)
+	}
+	if p.Node.Cluster.VerifyKubelets {
+		flags = append(flags, arg{"kubelet-certificate-authority", pki("ca.crt")})
+	}
+	flags = append(flags,
+		arg{"profiling", "false"},
+		arg{"audit-policy-file", AuditPolicyPath},
+		arg{"audit-log-path", AuditLogPath},
+		arg{"audit-log-maxage", auditMaxAgeDays},
+		arg{"audit-log-maxbackup", auditMaxBackups},
+		arg{"audit-log-maxsize", auditMaxSizeMB},
+	)
+	return append(flags, tlsFlags()...)
 }
 
 // componentHardening are the controller-manager's and scheduler's.

@@ -91,6 +91,19 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
+// The apiserver checks kubelet serving certificates only when every one
+// names the address it dials: not with a DHCP node in the site.
+func TestKubeletCertificateAuthorityOnlyWhenEveryNodeIsStatic(t *testing.T) {
+	for _, verify := range []bool{true, false} {
+		n := node("m1", "genesis", "192.168.10.11")
+		n.Cluster.VerifyKubelets = verify
+		got, set := flagsOf(APIServer(GenesisParams(n, testImages)))["kubelet-certificate-authority"]
+		if set != verify || (verify && got != PKIDir+"/ca.crt") {
+			t.Errorf("verifyKubelets %v: --kubelet-certificate-authority=%q (set: %v)", verify, got, set)
+		}
+	}
+}
+
 // The files the apiserver's flags name are rendered, and say what the
 // flags promise.
 func TestAPIServerConfigFiles(t *testing.T) {

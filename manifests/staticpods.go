@@ -85,7 +85,7 @@ func APIServer(p Params) *corev1.Pod {
 		{"requestheader-group-headers", "X-Remote-Group"},
 		{"requestheader-username-headers", "X-Remote-User"},
 	}
-	flags = append(flags, apiServerHardening()...)
+	flags = append(flags, apiServerHardening(p)...)
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
 	startupProbe(pod, timing(p))
 	mountFiles(pod, namedFiles(flags))

@@ -487,3 +487,20 @@ func TestMastersAloneGetTheEncryptionKey(t *testing.T) {
 		}
 	}
 }
+
+// The node file asks the apiserver to check kubelet serving certificates
+// only when every node's certificate names its address.
+func TestNodeFileVerifiesKubeletsOnlyWhenEveryNodeIsStatic(t *testing.T) {
+	s := exampleSite(t)
+	if nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
+		t.Error("verifyKubelets with a DHCP node in the site")
+	}
+	for i := range s.Nodes {
+		if s.Nodes[i].Network.DHCP {
+			s.Nodes[i].Network = site.Network{Address: fmt.Sprintf("192.168.10.%d/24", 100+i), Gateway: "192.168.10.1"}
+		}
+	}
+	if !nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
+		t.Error("no verifyKubelets with every node static")
+	}
+}

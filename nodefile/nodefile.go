@@ -70,6 +70,11 @@ type ClusterParams struct {
 	// Timing is the site's timing profile (site.Timings); empty in node
 	// files written before it existed, which means the default.
 	Timing string `json:"timing,omitempty"`
+	// VerifyKubelets says that every node of the site has a static
+	// address, so every kubelet serving certificate kiln issued names the
+	// address the apiserver dials: the apiserver checks them against the
+	// cluster CA. A DHCP node's certificate names its hostname only.
+	VerifyKubelets bool `json:"verifyKubelets,omitempty"`
 }
 
 // Taint is a Kubernetes node taint.
