@@ -6,8 +6,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // renderedFiles are a genesis node's files by path, as the role writes
@@ -187,5 +190,19 @@ func TestKubeletAndEtcdTLS(t *testing.T) {
 	}
 	if etcd.MinVersion != "TLS1.2" || !slices.Equal(etcd.CipherSuites, TLSCipherSuites) {
 		t.Errorf("etcd: tls-min-version %q, cipher-suites %v", etcd.MinVersion, etcd.CipherSuites)
+	}
+}
+
+// The first add-on binds the operator's group to cluster-admin, so the
+// operator's admin.kubeconfig works once the genesis node is done.
+func TestClusterAdminsBoundFirst(t *testing.T) {
+	objs := AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages))
+	b, ok := objs[0].(*rbacv1.ClusterRoleBinding)
+	if !ok {
+		t.Fatalf("the first add-on is a %T", objs[0])
+	}
+	want := rbacv1.Subject{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: nodefile.ClusterAdminsGroup}
+	if b.RoleRef.Name != "cluster-admin" || len(b.Subjects) != 1 || b.Subjects[0] != want {
+		t.Errorf("binding %s: role %s, subjects %+v", b.Name, b.RoleRef.Name, b.Subjects)
 	}
 }

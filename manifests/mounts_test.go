@@ -40,6 +40,7 @@ var secretFiles = []struct {
 	{PKIDir + "/kubelet-server.key", nil},
 	{PKIDir + "/kubelet-client.key", nil},
 	{KubeconfigDir + "/admin.conf", nil},
+	{KubeconfigDir + "/agent.conf", nil},
 	{KubeconfigDir + "/kubelet.conf", nil},
 	{KubeconfigDir + "/controller-manager.conf", []string{"kube-controller-manager"}},
 	{KubeconfigDir + "/scheduler.conf", []string{"kube-scheduler"}},

@@ -4,6 +4,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -39,7 +40,7 @@ var (
 	masterKubeconfigs    = []kubeconfig{
 		{"controller-manager.conf", "controller-manager"},
 		{"scheduler.conf", "scheduler"},
-		{"admin.conf", "admin"}, // the agent installs anchors and add-ons with it
+		{path.Base(nodefile.AgentKubeconfig), "nodes/{node}/agent"},
 	}
 )
 

@@ -19,12 +19,21 @@ const (
 	Path          = Dir + "/node.json"
 	PKIDir        = "/etc/kiln/pki"
 	KubeconfigDir = "/etc/kiln/kubeconfig"
+	// AgentKubeconfig is a master's own credential, which the agent
+	// installs the add-ons and labels the master with (system:masters).
+	// It is not the operator's admin.kubeconfig.
+	AgentKubeconfig = KubeconfigDir + "/agent.conf"
 	// APIServerConfigDir holds the apiserver's configuration files.
 	APIServerConfigDir = "/etc/kiln/apiserver"
 	// EncryptionConfigPath is the apiserver's encryption configuration,
 	// which holds the key Secrets are encrypted in etcd with.
 	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
 )
+
+// ClusterAdminsGroup is the group of the operator's admin credential,
+// bound to the cluster-admin role by an add-on (as kubeadm binds
+// kubeadm:cluster-admins): RBAC can take it away, unlike system:masters.
+const ClusterAdminsGroup = "kiln:cluster-admins"
 
 // APIVersion and Kind identify the document.
 const (

@@ -59,8 +59,8 @@ func TestEnsureIssuesEveryCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := ch.Issued
-	// 3 CAs, the SA key, the encryption key, 6 cluster leaves, 2 per worker, 5 per master
-	if want := 3 + 1 + 1 + 6 + 2*2 + 3*5; len(created) != want {
+	// 3 CAs, the SA key, the encryption key, 7 cluster leaves, 2 per worker, 6 per master
+	if want := 3 + 1 + 1 + 7 + 2*2 + 3*6; len(created) != want {
 		t.Errorf("created %d: %v, want %d", len(created), created, want)
 	}
 	roots := map[string]*x509.CertPool{}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -87,10 +88,10 @@ func File(cfg []byte, path string) ([]byte, error) {
 }
 
 // HostClient reaches a VM's apiserver through hostfwd on 127.0.0.1:port
-// with the admin kubeconfig of cfg, checking the apiserver's certificate
+// with the master's agent kubeconfig of cfg (system:masters), checking the apiserver's certificate
 // for the discovery name.
 func HostClient(cfg []byte, port int) (kubernetes.Interface, error) {
-	data, err := File(cfg, "/etc/kiln/kubeconfig/admin.conf")
+	data, err := File(cfg, nodefile.AgentKubeconfig)
 	if err != nil {
 		return nil, err
 	}
