@@ -5,10 +5,13 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,4 +140,19 @@ func KilnImage(outDir string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s lists no kiln image: the image was built without components", filepath.Join(outDir, "node.manifest.json"))
+}
+
+// AnonymousClient is an HTTPS client with no credentials that trusts the
+// cluster CA of cfg: what an anonymous caller of the apiserver is.
+func AnonymousClient(cfg []byte) (*http.Client, error) {
+	ca, err := File(cfg, nodefile.PKIDir+"/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s/ca.crt: no certificate", nodefile.PKIDir)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}, nil
 }
