@@ -15,11 +15,13 @@ package anchor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,7 @@ var Components = manifests.AnchoredComponents
 const Discovery = manifests.DiscoveryAnchor
 
 // BackupDir is where cleanup moves an anchored manifest.
-const BackupDir = "/var/lib/kiln/manifests-backup"
+const BackupDir = manifests.AnchorBackupDir
 
 // Host is the anchored node's filesystem, seen from the anchor's pod.
 type Host struct {
@@ -103,23 +105,42 @@ func (h Host) Cleanup(ctx context.Context, component string, now time.Time) erro
 		return err
 	}
 	done := make(chan error, 1)
-	go func() {
-		if err := os.Rename(src, dst); err != nil {
-			done <- err
-			return
-		}
-		if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
-			done <- err
-			return
-		}
-		done <- atomicfile.SyncDir(filepath.Dir(src))
-	}()
+	go func() { done <- move(src, dst) }()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("cleanup of %s: %w", component, ctx.Err())
 	}
+}
+
+// move renames src to dst. The anchor's pod mounts the static pod
+// directory and the backup directory apart, and rename(2) refuses to
+// cross mounts (EXDEV): then the manifest is copied to dst, made
+// durable, and only then removed, so it is never in neither place.
+func move(src, dst string) error {
+	err := os.Rename(src, dst)
+	if errors.Is(err, syscall.EXDEV) {
+		err = copyThenRemove(src, dst)
+	}
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(src))
+}
+
+func copyThenRemove(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(dst, data, 0o644, nil); err != nil {
+		return fmt.Errorf("backing up %s: %w", src, err)
+	}
+	return os.Remove(src)
 }
 
 // ZoneFrom returns the discovery zone listing the ready addresses of the

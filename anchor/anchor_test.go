@@ -154,3 +154,25 @@ func TestZoneFollowsReadyEndpointsAndNeverEmpties(t *testing.T) {
 		}
 	}
 }
+
+// Across two mounts (the anchor's pod mounts the static pod and backup
+// directories apart) the manifest is copied, then removed.
+func TestCopyThenRemoveKeepsTheManifest(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "a", "etcd.yaml"), filepath.Join(dir, "b", "etcd.yaml.1")
+	if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, []byte("pod"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyThenRemove(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(dst); err != nil || string(data) != "pod" {
+		t.Errorf("backup %q, %v", data, err)
+	}
+	if _, err := os.Stat(src); !os.IsNotExist(err) {
+		t.Errorf("the manifest is still in place (%v)", err)
+	}
+}

@@ -27,6 +27,8 @@ const (
 
 // AddOns are the cluster objects the genesis node installs once the
 // apiserver answers, in the order they are applied:
+//   - the binding of the operator's cluster-admins group to cluster-admin,
+//     first, so admin.kubeconfig works once the genesis node is done;
 //   - kiln-net, the CNI: a DaemonSet of the kiln image that writes each
 //     node's bridge + host-local conflist from the pod CIDR the
 //     controller-manager gave the Node (the reference plugins baked into
@@ -41,7 +43,7 @@ const (
 // and resolve the apiserver's discovery name through the node-local
 // CoreDNS; ordinary pods never get that resolver.
 func AddOns(p Params) []runtime.Object {
-	var objs []runtime.Object
+	objs := []runtime.Object{clusterAdmins()}
 	objs = append(objs, kilnNet(p)...)
 	objs = append(objs, kubeProxy(p)...)
 	objs = append(objs, clusterDNS(p)...)
@@ -85,6 +87,16 @@ func clusterRoleBinding(name, role, sa string) *rbacv1.ClusterRoleBinding {
 		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: m,
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: "kube-system"}},
+	}
+}
+
+// clusterAdmins binds the group of the operator's admin credential to
+// cluster-admin, as kubeadm binds kubeadm:cluster-admins.
+func clusterAdmins() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: clusterMeta(nodefile.ClusterAdminsGroup),
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: "rbac.authorization.k8s.io", Name: nodefile.ClusterAdminsGroup}},
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // AnchoredComponents are the control-plane components an anchor keeps on
@@ -17,8 +19,12 @@ const DiscoveryAnchor = "discovery"
 // request on their Nodes (nodelabels), from every master.
 const NodeLabelsAnchor = "kube-controller-manager"
 
-// CatalogDir is the image's catalog directory, which anchors read.
-const CatalogDir = "/usr/lib/kiln"
+// CatalogDir is the image's catalog directory, which anchors read, and
+// AnchorBackupDir where an anchor's cleanup moves its manifest.
+const (
+	CatalogDir      = "/usr/lib/kiln"
+	AnchorBackupDir = "/var/lib/kiln/manifests-backup"
+)
 
 // Anchors are one DaemonSet per anchored component on the masters (by
 // label), and the discovery anchor on every node. The controller-manager's
@@ -57,8 +63,24 @@ func anchorDaemonSet(p Params, component string) *appsv1.DaemonSet {
 	grace := int64(30)
 	spec := &ds.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
-	hostMount(spec, "state", "/var/lib/kiln", false, corev1.HostPathDirectory)
-	hostMount(spec, "etc-kiln", "/etc/kiln", true, corev1.HostPathDirectory)
-	hostMount(spec, "catalog", CatalogDir, true, corev1.HostPathDirectory)
+	anchorMounts(spec, component)
 	return ds
+}
+
+// anchorMounts are the host paths an anchor reads and writes, and
+// nothing else: the node file, and the directories it keeps its files
+// in. No anchor sees the PKI, the kubeconfigs or the stored Ignition
+// config (/var/lib/kiln/config.ign, which holds every key the node has).
+func anchorMounts(spec *corev1.PodSpec, component string) {
+	hostMount(spec, "node-file", nodefile.Path, true, corev1.HostPathFile)
+	if component == DiscoveryAnchor {
+		hostMount(spec, "dns", DNSDir, false, corev1.HostPathDirectory)
+		return
+	}
+	hostMount(spec, "catalog", CatalogDir, true, corev1.HostPathDirectory)
+	hostMount(spec, "manifests", StaticPodDir, false, corev1.HostPathDirectory)
+	hostMount(spec, "manifests-backup", AnchorBackupDir, false, corev1.HostPathDirectoryOrCreate)
+	if component == "etcd" {
+		hostMount(spec, "etcd-config", EtcdConfigDir, false, corev1.HostPathDirectory)
+	}
 }

@@ -17,6 +17,9 @@ const (
 	EtcdConfigPath = EtcdConfigDir + "/etcd.conf.yaml"
 )
 
+// etcdTLSMinVersion is TLSMinVersion as etcd spells it.
+const etcdTLSMinVersion = "TLS1.2"
+
 // etcdTLS is a transport-security block of etcd's configuration file.
 type etcdTLS struct {
 	CertFile       string `json:"cert-file"`
@@ -25,29 +28,43 @@ type etcdTLS struct {
 	ClientCertAuth bool   `json:"client-cert-auth"`
 }
 
+// files are the block's certificate, key and CA files.
+func (t etcdTLS) files() []string { return []string{t.CertFile, t.KeyFile, t.TrustedCAFile} }
+
+// etcdTransport is etcd's TLS for clients and peers: its own
+// certificates, the etcd CA, client certificates required. These are the
+// only PKI files etcd's pod mounts.
+func etcdTransport() (client, peer etcdTLS) {
+	return etcdTLS{pki("etcd-server.crt"), pki("etcd-server.key"), pki("etcd/ca.crt"), true},
+		etcdTLS{pki("etcd-peer.crt"), pki("etcd-peer.key"), pki("etcd/ca.crt"), true}
+}
+
 // etcdConfig is etcd's configuration file (etcd.conf.yml's keys): with
 // --config-file etcd reads nothing else.
 type etcdConfig struct {
-	Name                     string  `json:"name"`
-	DataDir                  string  `json:"data-dir"`
-	ListenClientURLs         string  `json:"listen-client-urls"`
-	AdvertiseClientURLs      string  `json:"advertise-client-urls"`
-	ListenPeerURLs           string  `json:"listen-peer-urls"`
-	InitialAdvertisePeerURLs string  `json:"initial-advertise-peer-urls"`
-	InitialCluster           string  `json:"initial-cluster"`
-	InitialClusterState      string  `json:"initial-cluster-state"`
-	ListenMetricsURLs        string  `json:"listen-metrics-urls"`
-	SnapshotCount            int     `json:"snapshot-count"`
-	HeartbeatInterval        int64   `json:"heartbeat-interval"`
-	ElectionTimeout          int64   `json:"election-timeout"`
-	ClientTransportSecurity  etcdTLS `json:"client-transport-security"`
-	PeerTransportSecurity    etcdTLS `json:"peer-transport-security"`
+	Name                     string   `json:"name"`
+	DataDir                  string   `json:"data-dir"`
+	ListenClientURLs         string   `json:"listen-client-urls"`
+	AdvertiseClientURLs      string   `json:"advertise-client-urls"`
+	ListenPeerURLs           string   `json:"listen-peer-urls"`
+	InitialAdvertisePeerURLs string   `json:"initial-advertise-peer-urls"`
+	InitialCluster           string   `json:"initial-cluster"`
+	InitialClusterState      string   `json:"initial-cluster-state"`
+	ListenMetricsURLs        string   `json:"listen-metrics-urls"`
+	SnapshotCount            int      `json:"snapshot-count"`
+	HeartbeatInterval        int64    `json:"heartbeat-interval"`
+	ElectionTimeout          int64    `json:"election-timeout"`
+	ClientTransportSecurity  etcdTLS  `json:"client-transport-security"`
+	PeerTransportSecurity    etcdTLS  `json:"peer-transport-security"`
+	TLSMinVersion            string   `json:"tls-min-version"`
+	CipherSuites             []string `json:"cipher-suites"`
 }
 
-// EtcdConfig renders the node's etcd configuration: TLS for clients and
-// peers, data on the state partition, the membership from the record.
+// EtcdConfig renders the node's etcd configuration: TLS 1.2 or later
+// with strong ciphers for clients and peers, data on the state partition, the membership from the record.
 func EtcdConfig(p Params) ([]byte, error) {
 	ip, t := p.Node.Address, timing(p)
+	client, peer := etcdTransport()
 	c := etcdConfig{
 		Name:                     p.Node.Name,
 		DataDir:                  EtcdDataDir,
@@ -61,8 +78,10 @@ func EtcdConfig(p Params) ([]byte, error) {
 		SnapshotCount:            10000,
 		HeartbeatInterval:        t.EtcdHeartbeat.Milliseconds(),
 		ElectionTimeout:          t.EtcdElection.Milliseconds(),
-		ClientTransportSecurity:  etcdTLS{pki("etcd-server.crt"), pki("etcd-server.key"), pki("etcd/ca.crt"), true},
-		PeerTransportSecurity:    etcdTLS{pki("etcd-peer.crt"), pki("etcd-peer.key"), pki("etcd/ca.crt"), true},
+		ClientTransportSecurity:  client,
+		PeerTransportSecurity:    peer,
+		TLSMinVersion:            etcdTLSMinVersion,
+		CipherSuites:             TLSCipherSuites,
 	}
 	data, err := yaml.Marshal(c)
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 )
 
 // KubeletConfig is the kubelet's configuration file: cgroup v2 through
-// systemd, no anonymous access, webhook authorization, client certificate
-// rotation, static pods from the state partition, and pods resolving
+// systemd, no anonymous access, webhook authorization, TLS 1.2 or later
+// with strong ciphers, client certificate rotation, static pods from the state partition, and pods resolving
 // through cluster DNS (not the node-local CoreDNS).
 func KubeletConfig(p Params) *kubeletv1beta1.KubeletConfiguration {
 	no, yes := false, true
@@ -26,6 +26,8 @@ func KubeletConfig(p Params) *kubeletv1beta1.KubeletConfiguration {
 		TLSCertFile:           pki("kubelet-server.crt"),
 		TLSPrivateKeyFile:     pki("kubelet-server.key"),
 		RotateCertificates:    true,
+		TLSMinVersion:         TLSMinVersion,
+		TLSCipherSuites:       TLSCipherSuites,
 		ClusterDomain:         c.Domain,
 		ClusterDNS:            []string{c.ClusterDNS},
 		ResolverConfig:        ptr(PodResolvConf),

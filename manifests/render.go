@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // File is one rendered file and where it goes on the node.
@@ -16,7 +18,8 @@ type File struct {
 // Files lists everything the manifests put on a node of the params' role:
 // the kubelet configuration, the pods' resolv.conf, the node-local DNS
 // (Corefile and static pod) on every node, and the control plane's static
-// pods (with etcd's configuration file) on masters.
+// pods (with etcd's configuration file) and the apiserver's audit policy
+// and authentication configuration on masters.
 func Files(p Params) ([]File, error) {
 	kc, err := yaml.Marshal(KubeletConfig(p))
 	if err != nil {
@@ -27,6 +30,7 @@ func Files(p Params) ([]File, error) {
 		{PodResolvConf, []byte(PodResolvConfContent(p))},
 		{CorefilePath, []byte(Corefile(p))},
 	}
+	files = append(files, apiServerConfigFiles(p)...)
 	for _, pod := range ControlPlaneIf(p) {
 		fs, err := podFiles(p, pod)
 		if err != nil {
@@ -39,6 +43,16 @@ func Files(p Params) ([]File, error) {
 		return nil, err
 	}
 	return append(files, dns), nil
+}
+
+// apiServerConfigFiles are a master's apiserver configuration files
+// that the role renders: the audit policy and the authentication
+// configuration.
+func apiServerConfigFiles(p Params) []File {
+	if p.Node.Role == nodefile.RoleWorker {
+		return nil
+	}
+	return []File{{AuditPolicyPath, []byte(AuditPolicy)}, {AuthnConfigPath, []byte(AuthnConfig())}}
 }
 
 // ComponentFiles are what keeps one control-plane component running: its

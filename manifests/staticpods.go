@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,7 +47,8 @@ func Etcd(p Params) *corev1.Pod {
 	startupProbe(pod, timing(p))
 	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
 	mount(pod, "etcd-config", EtcdConfigDir, true, corev1.HostPathDirectory)
-	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	client, peer := etcdTransport()
+	mountFiles(pod, client.files(), peer.files())
 	return pod
 }
 
@@ -83,9 +85,11 @@ func APIServer(p Params) *corev1.Pod {
 		{"requestheader-group-headers", "X-Remote-Group"},
 		{"requestheader-username-headers", "X-Remote-User"},
 	}
+	flags = append(flags, apiServerHardening(p)...)
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
 	startupProbe(pod, timing(p))
-	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
+	mountFiles(pod, namedFiles(flags))
+	mount(pod, "audit-log", AuditLogDir, false, corev1.HostPathDirectoryOrCreate)
 	return pod
 }
 
@@ -117,10 +121,10 @@ func ControllerManager(p Params) *corev1.Pod {
 		{"cluster-cidr", c.PodCIDR},
 		{"service-cluster-ip-range", c.ServiceCIDR},
 	}
+	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-controller-manager", p.Images.ControllerManager, command("kube-controller-manager", flags), httpProbe("/healthz", 10257, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
-	mount(pod, "pki", PKIDir, true, corev1.HostPathDirectory)
-	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
+	mountFiles(pod, namedFiles(flags))
 	return pod
 }
 
@@ -137,9 +141,10 @@ func Scheduler(p Params) *corev1.Pod {
 		{"leader-elect-renew-deadline", seconds(t.RenewDeadline)},
 		{"leader-elect-retry-period", seconds(t.RetryPeriod)},
 	}
+	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-scheduler", p.Images.Scheduler, command("kube-scheduler", flags), httpProbe("/livez", 10259, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
-	mount(pod, "kubeconfig", KubeconfigDir, true, corev1.HostPathDirectory)
+	mountFiles(pod, namedFiles(flags))
 	return pod
 }
 
@@ -199,6 +204,40 @@ func startupProbe(pod *corev1.Pod, t Timing) {
 		PeriodSeconds: int32(probePeriod.Seconds()), TimeoutSeconds: c.LivenessProbe.TimeoutSeconds,
 		FailureThreshold: t.startupFailures(),
 	}
+}
+
+// namedFiles are the files under /etc/kiln that flags name.
+func namedFiles(flags []arg) []string {
+	var out []string
+	for _, f := range flags {
+		if strings.HasPrefix(f.value, nodefile.Dir+"/") {
+			out = append(out, f.value)
+		}
+	}
+	return out
+}
+
+// mountFiles mounts each file read-only at its own path, one volume
+// each, a file named twice mounted once: a component sees the files it
+// names, never the rest of their directory (the CA key, the
+// service-account key, the admin credential).
+func mountFiles(pod *corev1.Pod, lists ...[]string) {
+	seen := map[string]bool{}
+	for _, files := range lists {
+		for _, f := range files {
+			if !seen[f] {
+				seen[f] = true
+				mount(pod, fileVolume(f), f, true, corev1.HostPathFile)
+			}
+		}
+	}
+}
+
+// fileVolume is the volume name of a file under /etc/kiln: its path
+// there, e.g. pki-etcd-ca-crt.
+func fileVolume(path string) string {
+	rel := strings.TrimPrefix(path, nodefile.Dir+"/")
+	return strings.NewReplacer("/", "-", ".", "-", "_", "-").Replace(rel)
 }
 
 // mount adds a hostPath volume mounted at the same path in the container.

@@ -15,8 +15,9 @@ import (
 
 // Output names under the output directory.
 const (
-	NodesDir        = "nodes"
-	AdminKubeconfig = "admin.kubeconfig"
+	NodesDir             = "nodes"
+	AdminKubeconfig      = "admin.kubeconfig"
+	SuperAdminKubeconfig = "super-admin.kubeconfig"
 )
 
 // Result says what a Generate run did.
@@ -36,11 +37,33 @@ type NodeConfig struct {
 // HashSuffix names the file beside each config that holds its hash.
 const HashSuffix = ".sha512"
 
+// writeOperatorKubeconfigs writes admin.kubeconfig and the break-glass
+// super-admin.kubeconfig into the staged output, root-only.
+func writeOperatorKubeconfigs(s *site.Site, st pki.Store, stage string) error {
+	for _, k := range []struct {
+		name   string
+		render func(*site.Site, pki.Store) ([]byte, error)
+	}{
+		{AdminKubeconfig, AdminKubeconfigFor},
+		{SuperAdminKubeconfig, SuperAdminKubeconfigFor},
+	} {
+		data, err := k.render(s, st)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(stage, k.name), data, 0o600, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Generate makes the PKI hold everything the site needs, as the site
 // asks for it now (pki.Store.Ensure: what only the operator can fix is
 // refused before the PKI is written to), renders every node's config, and
 // only when all of them validate puts them at out (nodes/<name>.ign, its
-// sha512 in nodes/<name>.ign.sha512, admin.kubeconfig and the marker listing them) in one rename. A failed run leaves the previous output as it was. out is
+// sha512 in nodes/<name>.ign.sha512, admin.kubeconfig,
+// super-admin.kubeconfig and the marker listing them) in one rename. A failed run leaves the previous output as it was. out is
 // replaced only when it is missing, empty or kiln gen's own output, and
 // never when that would take the PKI, the site file or the current
 // directory with it: anything else is an *outdir.Refusal, before the PKI
@@ -67,7 +90,7 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	if err := os.Chmod(stage, 0o700); err != nil {
 		return res, err
 	}
-	written := []string{AdminKubeconfig}
+	written := []string{AdminKubeconfig, SuperAdminKubeconfig}
 	for _, n := range s.Nodes {
 		data, err := Render(s, st, n)
 		if err != nil {
@@ -84,11 +107,7 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 		written = append(written, rel, rel+HashSuffix)
 		res.Nodes = append(res.Nodes, NodeConfig{Path: filepath.Join(out, rel), Hash: hash})
 	}
-	admin, err := AdminKubeconfigFor(s, st)
-	if err != nil {
-		return res, fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(stage, AdminKubeconfig), admin, 0o600, nil); err != nil {
+	if err := writeOperatorKubeconfigs(s, st, stage); err != nil {
 		return res, err
 	}
 	if err := outdir.WriteMarker(stage, outdir.Marker{Kind: MarkerKind, Paths: written}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -39,7 +40,7 @@ var (
 	masterKubeconfigs    = []kubeconfig{
 		{"controller-manager.conf", "controller-manager"},
 		{"scheduler.conf", "scheduler"},
-		{"admin.conf", "admin"}, // the agent installs anchors and add-ons with it
+		{path.Base(nodefile.AgentKubeconfig), "nodes/{node}/agent"},
 	}
 )
 
@@ -76,8 +77,9 @@ func kubeconfigsFor(n site.Node) []kubeconfig {
 	return out
 }
 
-// isSecret reports whether a node file holds key material: private keys
-// and kubeconfigs (which embed one).
+// isSecret reports whether a node file holds key material: private keys,
+// kubeconfigs (which embed one) and the encryption configuration.
 func isSecret(nodePath string) bool {
-	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/")
+	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/") ||
+		nodePath == EncryptionConfigPath
 }

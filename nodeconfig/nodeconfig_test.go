@@ -237,15 +237,15 @@ func TestEachNodeGetsOnlyTheKeysItsRoleNeeds(t *testing.T) {
 			got := keysIn(t, decode(t, data), index)
 			want := []string{"nodes/" + n.Name + "/kubelet-client", "nodes/" + n.Name + "/kubelet-server"}
 			if n.IsMaster() {
-				want = append(want, "ca", "sa", "admin", "apiserver-etcd-client", "apiserver-kubelet-client",
+				want = append(want, "ca", "sa", "apiserver-etcd-client", "apiserver-kubelet-client",
 					"controller-manager", "front-proxy-client", "scheduler",
-					"nodes/"+n.Name+"/apiserver", "nodes/"+n.Name+"/etcd-peer", "nodes/"+n.Name+"/etcd-server")
+					"nodes/"+n.Name+"/agent", "nodes/"+n.Name+"/apiserver", "nodes/"+n.Name+"/etcd-peer", "nodes/"+n.Name+"/etcd-server")
 			}
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("%s (%s) holds the keys of\n  %v\nwant\n  %v", n.Name, n.Role, got, want)
 			}
-			for _, forbidden := range []string{"etcd/ca", "front-proxy-ca"} {
+			for _, forbidden := range []string{"etcd/ca", "front-proxy-ca", "admin", "super-admin"} {
 				if slices.Contains(got, forbidden) {
 					t.Errorf("%s holds the %s key", n.Name, forbidden)
 				}
@@ -304,7 +304,7 @@ func TestConfigContents(t *testing.T) {
 		{"w1", NodeFilePath, []string{`"role": "worker"`, `"clusterDNS": "10.96.0.10"`, `"discoveryName": "kube-apiserver.kiln.internal"`}},
 		{"m1", NodeFilePath, []string{`"role": "genesis"`, `"address": "192.168.10.11"`}},
 		{"w1", KubeconfigDir + "/kubelet.conf", []string{"server: https://kube-apiserver.kiln.internal:6443"}},
-		{"m2", KubeconfigDir + "/admin.conf", []string{"server: https://kube-apiserver.kiln.internal:6443"}},
+		{"m2", nodefile.AgentKubeconfig, []string{"server: https://kube-apiserver.kiln.internal:6443"}},
 	} {
 		t.Run(tc.node+tc.path, func(t *testing.T) {
 			data, err := Render(s, st, byName[tc.node])
@@ -448,5 +448,148 @@ func TestEachConfigHasItsHashBeside(t *testing.T) {
 	}
 	if _, err := Generate(s, freshPKI(t, s), out); err != nil {
 		t.Errorf("a rerun over output with hash files: %v", err)
+	}
+}
+
+// Masters, and only masters, get the Secrets encryption key, root-only,
+// as the configuration the apiserver reads; a second run reuses the key.
+func TestMastersAloneGetTheEncryptionKey(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	key, err := st.EncryptionKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := st.EncryptionKey(); err != nil || !bytes.Equal(again, key) {
+		t.Fatalf("a second run changed the key (%v)", err)
+	}
+	secret := "secret: " + base64.StdEncoding.EncodeToString(key)
+	for _, n := range s.Nodes {
+		data, err := Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := decode(t, data).Storage.Files
+		i := slices.IndexFunc(files, func(f types.File) bool { return f.Path == EncryptionConfigPath })
+		switch {
+		case !n.IsMaster() && i >= 0:
+			t.Errorf("worker %s gets %s", n.Name, EncryptionConfigPath)
+		case !n.IsMaster():
+		case i < 0:
+			t.Errorf("master %s lacks %s", n.Name, EncryptionConfigPath)
+		case *files[i].Mode != 0o600:
+			t.Errorf("%s:%s has mode %o", n.Name, EncryptionConfigPath, *files[i].Mode)
+		case !strings.Contains(string(contents(t, files[i])), secret) || !strings.Contains(string(contents(t, files[i])), "- secretbox:"):
+			t.Errorf("%s:%s does not encrypt with the PKI's key:\n%s", n.Name, EncryptionConfigPath, contents(t, files[i]))
+		}
+	}
+}
+
+// The node file asks the apiserver to check kubelet serving certificates
+// only when every node's certificate names its address.
+func TestNodeFileVerifiesKubeletsOnlyWhenEveryNodeIsStatic(t *testing.T) {
+	s := exampleSite(t)
+	if nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
+		t.Error("verifyKubelets with a DHCP node in the site")
+	}
+	for i := range s.Nodes {
+		if s.Nodes[i].Network.DHCP {
+			s.Nodes[i].Network = site.Network{Address: fmt.Sprintf("192.168.10.%d/24", 100+i), Gateway: "192.168.10.1"}
+		}
+	}
+	if !nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
+		t.Error("no verifyKubelets with every node static")
+	}
+}
+
+// groupsOf are the groups (O) of a kubeconfig's current client certificate.
+func groupsOf(t *testing.T, data []byte) []string {
+	t.Helper()
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]
+	b, _ := pem.Decode(user.ClientCertificateData)
+	if b == nil {
+		t.Fatal("no client certificate")
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Subject.Organization
+}
+
+// The operator's admin.kubeconfig is in the cluster-admins group, which
+// RBAC can take away; the system:masters break-glass is written beside
+// it, root-only, and neither is on any node.
+func TestOperatorCredentials(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	out := filepath.Join(t.TempDir(), "site")
+	if _, err := Generate(s, st, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file  string
+		group string
+	}{
+		{AdminKubeconfig, nodefile.ClusterAdminsGroup},
+		{SuperAdminKubeconfig, "system:masters"},
+	} {
+		data, err := os.ReadFile(filepath.Join(out, tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := groupsOf(t, data); !slices.Equal(got, []string{tc.group}) {
+			t.Errorf("%s: groups %v, want %s", tc.file, got, tc.group)
+		}
+		if fi, _ := os.Stat(filepath.Join(out, tc.file)); fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v", tc.file, fi.Mode())
+		}
+	}
+	for _, stem := range []string{pki.AdminStem, pki.SuperAdminStem} {
+		p, err := st.Pair(stem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range s.Nodes {
+			data, err := Render(s, st, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range decode(t, data).Storage.Files {
+				body := contents(t, f)
+				if bytes.Contains(body, p.Key) || bytes.Contains(body, []byte(base64.StdEncoding.EncodeToString(p.Key))) {
+					t.Errorf("%s:%s holds the %s key", n.Name, f.Path, stem)
+				}
+			}
+		}
+	}
+}
+
+// The only system:masters credential on a node is a master's own agent
+// kubeconfig; a worker has none.
+func TestOnlyTheMastersAgentIsSystemMasters(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	for _, n := range s.Nodes {
+		data, err := Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range decode(t, data).Storage.Files {
+			if !strings.HasPrefix(f.Path, KubeconfigDir+"/") {
+				continue
+			}
+			masters := slices.Contains(groupsOf(t, contents(t, f)), "system:masters")
+			if want := n.IsMaster() && f.Path == nodefile.AgentKubeconfig; masters != want {
+				t.Errorf("%s:%s in system:masters: %v, want %v", n.Name, f.Path, masters, want)
+			}
+		}
 	}
 }

@@ -31,7 +31,7 @@ func TestRerunReplacesItsOwnOutput(t *testing.T) {
 		t.Errorf("%s.ign of a node no longer in the site survived: %v", gone, err)
 	}
 	m, ok, err := outdir.ReadMarker(out)
-	want := append(nodePaths(s), AdminKubeconfig)
+	want := append(nodePaths(s), AdminKubeconfig, SuperAdminKubeconfig)
 	slices.Sort(want)
 	if !ok || err != nil || m.Kind != MarkerKind || !slices.Equal(m.Paths, want) {
 		t.Errorf("marker %+v (ok=%v, %v), want kind %q listing %v", m, ok, err, MarkerKind, want)

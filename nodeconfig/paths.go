@@ -13,14 +13,16 @@ import (
 
 // Paths on the node, as docs/architecture.md fixes them.
 const (
-	NodeFilePath   = nodefile.Path
-	PKIDir         = nodefile.PKIDir
-	KubeconfigDir  = nodefile.KubeconfigDir
-	ZonePath       = "/etc/kiln/discovery.zone"
-	NetworkPath    = "/etc/systemd/network/10-kiln.network"
-	HostnamePath   = "/etc/hostname"
-	IgnitionSpec   = "3.5.0"
-	StatePartLabel = "KILN-STATE"
+	NodeFilePath  = nodefile.Path
+	PKIDir        = nodefile.PKIDir
+	KubeconfigDir = nodefile.KubeconfigDir
+	ZonePath      = "/etc/kiln/discovery.zone"
+	// EncryptionConfigPath holds the Secrets encryption key: masters only.
+	EncryptionConfigPath = nodefile.EncryptionConfigPath
+	NetworkPath          = "/etc/systemd/network/10-kiln.network"
+	HostnamePath         = "/etc/hostname"
+	IgnitionSpec         = "3.5.0"
+	StatePartLabel       = "KILN-STATE"
 )
 
 func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
@@ -33,7 +35,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
 			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
 			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
-			Timing: c.Timing,
+			Timing: c.Timing, VerifyKubelets: allStatic(s),
 		},
 	}
 	if ip := n.IP(); ip.IsValid() {
@@ -43,6 +45,17 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 		f.Masters = append(f.Masters, nodefile.Member{Name: m.Name, Address: m.IP().String()})
 	}
 	return f
+}
+
+// allStatic reports whether every node of the site has a static address,
+// which its kubelet serving certificate then names.
+func allStatic(s *site.Site) bool {
+	for _, n := range s.Nodes {
+		if !n.IP().IsValid() {
+			return false
+		}
+	}
+	return true
 }
 
 func taints(in []site.Taint) []nodefile.Taint {

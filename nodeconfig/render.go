@@ -42,6 +42,13 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 		}
 		add(g.to, data)
 	}
+	if n.IsMaster() {
+		key, err := st.EncryptionKey()
+		if err != nil {
+			return nil, fmt.Errorf("node %s needs the Secrets encryption key: %w", n.Name, err)
+		}
+		add(EncryptionConfigPath, EncryptionConfig(key))
+	}
 	server := fmt.Sprintf("https://%s", net.JoinHostPort(s.Cluster.DiscoveryName, fmt.Sprint(s.Cluster.APIServerPort)))
 	for _, k := range kubeconfigsFor(n) {
 		data, err := Kubeconfig(s, st, server, k.stem)
@@ -168,24 +175,38 @@ func Kubeconfig(s *site.Site, st pki.Store, server, stem string) ([]byte, error)
 // every apiserver certificate carries and which only the nodes resolve.
 // The current context is the genesis node's; when a master is down,
 // `kubectl --context admin@<cluster>-<other master>` reaches another.
+// Its user is in the cluster-admins group, which RBAC binds.
 func AdminKubeconfigFor(s *site.Site, st pki.Store) ([]byte, error) {
+	return operatorKubeconfig(s, st, pki.AdminStem)
+}
+
+// SuperAdminKubeconfigFor is the break-glass kubeconfig, laid out like
+// the admin's: its user is in system:masters, which RBAC cannot refuse.
+// It is written to the operator's output only, never to a node.
+func SuperAdminKubeconfigFor(s *site.Site, st pki.Store) ([]byte, error) {
+	return operatorKubeconfig(s, st, pki.SuperAdminStem)
+}
+
+// operatorKubeconfig is a kubeconfig with the client certificate stem,
+// which also names its user and contexts, and a context per master.
+func operatorKubeconfig(s *site.Site, st pki.Store, stem string) ([]byte, error) {
 	ca, err := st.Cert(pki.KubernetesCA.Stem)
 	if err != nil {
 		return nil, err
 	}
-	p, err := st.Pair("admin")
+	p, err := st.Pair(stem)
 	if err != nil {
 		return nil, err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: p.Cert, ClientKeyData: p.Key}
+	cfg.AuthInfos[stem] = &clientcmdapi.AuthInfo{ClientCertificateData: p.Cert, ClientKeyData: p.Key}
 	for i, m := range s.Masters() {
 		name := s.Cluster.Name + "-" + m.Name
 		server := "https://" + netip.AddrPortFrom(m.IP(), uint16(s.Cluster.APIServerPort)).String()
 		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, TLSServerName: s.Cluster.DiscoveryName, CertificateAuthorityData: ca}
-		cfg.Contexts["admin@"+name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "admin"}
+		cfg.Contexts[stem+"@"+name] = &clientcmdapi.Context{Cluster: name, AuthInfo: stem}
 		if i == 0 {
-			cfg.CurrentContext = "admin@" + name
+			cfg.CurrentContext = stem + "@" + name
 		}
 	}
 	return clientcmd.Write(*cfg)

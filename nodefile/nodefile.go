@@ -15,10 +15,25 @@ import (
 // Where kiln gen's files land on a node: this file, the node's PKI files
 // and its kubeconfigs. The agent and the manifests read them there.
 const (
-	Path          = "/etc/kiln/node.json"
+	Dir           = "/etc/kiln"
+	Path          = Dir + "/node.json"
 	PKIDir        = "/etc/kiln/pki"
 	KubeconfigDir = "/etc/kiln/kubeconfig"
+	// AgentKubeconfig is a master's own credential, which the agent
+	// installs the add-ons and labels the master with (system:masters).
+	// It is not the operator's admin.kubeconfig.
+	AgentKubeconfig = KubeconfigDir + "/agent.conf"
+	// APIServerConfigDir holds the apiserver's configuration files.
+	APIServerConfigDir = "/etc/kiln/apiserver"
+	// EncryptionConfigPath is the apiserver's encryption configuration,
+	// which holds the key Secrets are encrypted in etcd with.
+	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
 )
+
+// ClusterAdminsGroup is the group of the operator's admin credential,
+// bound to the cluster-admin role by an add-on (as kubeadm binds
+// kubeadm:cluster-admins): RBAC can take it away, unlike system:masters.
+const ClusterAdminsGroup = "kiln:cluster-admins"
 
 // APIVersion and Kind identify the document.
 const (
@@ -64,6 +79,11 @@ type ClusterParams struct {
 	// Timing is the site's timing profile (site.Timings); empty in node
 	// files written before it existed, which means the default.
 	Timing string `json:"timing,omitempty"`
+	// VerifyKubelets says that every node of the site has a static
+	// address, so every kubelet serving certificate kiln issued names the
+	// address the apiserver dials: the apiserver checks them against the
+	// cluster CA. A DHCP node's certificate names its hostname only.
+	VerifyKubelets bool `json:"verifyKubelets,omitempty"`
 }
 
 // Taint is a Kubernetes node taint.

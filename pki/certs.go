@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -47,6 +48,14 @@ type Leaf struct {
 	Client bool     // TLS client auth
 }
 
+// The operator's credentials: admin is in the cluster-admins group, which
+// RBAC binds to cluster-admin; super-admin is in system:masters, which no
+// authorizer can refuse, for when RBAC is broken. Neither goes to a node.
+const (
+	AdminStem      = "admin"
+	SuperAdminStem = "super-admin"
+)
+
 // NodeStem is the stem of a node's own certificate named what, e.g.
 // nodes/m1/kubelet-client.
 func NodeStem(node, what string) string { return nodesDir + "/" + node + "/" + what }
@@ -63,7 +72,8 @@ func Leaves(s *site.Site) []Leaf {
 		{Stem: "front-proxy-client", CA: FrontProxyCA, CN: "front-proxy-client", Client: true},
 		{Stem: "controller-manager", CA: KubernetesCA, CN: "system:kube-controller-manager", Client: true},
 		{Stem: "scheduler", CA: KubernetesCA, CN: "system:kube-scheduler", Client: true},
-		{Stem: "admin", CA: KubernetesCA, CN: "kubernetes-admin", Orgs: []string{"system:masters"}, Client: true},
+		{Stem: AdminStem, CA: KubernetesCA, CN: "kubernetes-admin", Orgs: []string{nodefile.ClusterAdminsGroup}, Client: true},
+		{Stem: SuperAdminStem, CA: KubernetesCA, CN: "kubernetes-super-admin", Orgs: []string{"system:masters"}, Client: true},
 	}
 	for _, n := range s.Nodes {
 		leaves = append(leaves, NodeLeaves(s, n)...)
@@ -73,7 +83,9 @@ func Leaves(s *site.Site) []Leaf {
 
 // NodeLeaves lists the certificates that belong to one node: every node's
 // kubelet client and serving certificates; a master's apiserver serving
-// certificate and its etcd server and peer certificates.
+// certificate, its etcd server and peer certificates, and its agent's
+// client certificate (system:masters: the agent binds the cluster-admins
+// group before anything else can).
 func NodeLeaves(s *site.Site, n site.Node) []Leaf {
 	nodeHosts := []string{n.Name}
 	if ip := n.IP(); ip.IsValid() {
@@ -91,6 +103,7 @@ func NodeLeaves(s *site.Site, n site.Node) []Leaf {
 		Leaf{Stem: NodeStem(n.Name, "apiserver"), CA: KubernetesCA, CN: "kube-apiserver", Hosts: APIServerHosts(s, n), Server: true},
 		Leaf{Stem: NodeStem(n.Name, "etcd-server"), CA: EtcdCA, CN: n.Name, Hosts: append(append([]string{}, nodeHosts...), local...), Server: true, Client: true},
 		Leaf{Stem: NodeStem(n.Name, "etcd-peer"), CA: EtcdCA, CN: n.Name, Hosts: nodeHosts, Server: true, Client: true},
+		Leaf{Stem: NodeStem(n.Name, "agent"), CA: KubernetesCA, CN: "kiln-agent:" + n.Name, Orgs: []string{"system:masters"}, Client: true},
 	)
 }
 

@@ -53,6 +53,7 @@ func (st Store) Check(s *site.Site, warn time.Duration) ([]Info, Problems, error
 	}
 	c.checkCAs()
 	c.checkServiceAccount()
+	c.checkEncryptionKey()
 	slices.Sort(found)
 	for _, stem := range slices.Compact(found) {
 		if !isCA(stem) && stem != ServiceAccountKey {
@@ -118,6 +119,14 @@ func (c *checker) checkServiceAccount() {
 	c.ps.add(bad...)
 	if !ok && len(bad) == 0 {
 		c.ps.add(Problem{c.st.path(ServiceAccountKey, ".key"), "missing, and so is sa.pub: kiln gen creates the pair"})
+	}
+}
+
+func (c *checker) checkEncryptionKey() {
+	_, ok, bad := c.st.readEncryptionKey()
+	c.ps.add(bad...)
+	if !ok && len(bad) == 0 {
+		c.ps.add(Problem{c.st.encryptionKeyPath(), "missing: kiln gen creates it"})
 	}
 }
 

@@ -30,6 +30,12 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 			[]want{{"etcd/ca.key", "kiln never re-issues a CA"}}},
 		{"a missing CA", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "ca.crt"); remove(t, st, "ca.key") },
 			[]want{{"ca.crt", "missing: kiln never re-issues a CA"}}},
+		{"a missing encryption key", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "encryption-key.b64") },
+			[]want{{"encryption-key.b64", "missing: kiln gen creates it"}}},
+		{"a short encryption key", false, func(t *testing.T, st Store, _ *site.Site) {
+			writeFile(t, st, "encryption-key.b64", []byte("c2hvcnQ=\n"))
+		},
+			[]want{{"encryption-key.b64", "not 32 bytes in base64"}}},
 		{"a missing sa.key", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "sa.key") },
 			[]want{{"sa.key", "missing, while"}}},
 		{"garbage sa.key", false, func(t *testing.T, st Store, _ *site.Site) { writeFile(t, st, "sa.key", []byte("garbage")) },
@@ -65,7 +71,7 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 			l := leafOf(t, s, "admin")
 			l.CN = "root"
 			issueAt(t, st, l, year, time.Now())
-		}, []want{{"admin.crt", `subject was "CN=root,O=system:masters"`}}},
+		}, []want{{"admin.crt", `subject was "CN=root,O=kiln:cluster-admins"`}}},
 		{"a leaf the site expects and the PKI lacks", true, func(t *testing.T, st Store, s *site.Site) {
 			remove(t, st, "nodes/w2")
 		}, []want{{"nodes/w2/kubelet-client.crt", "missing: kiln gen issues it"}, {"nodes/w2/kubelet-server.crt", "missing: kiln gen issues it"}}},

@@ -183,6 +183,8 @@ func TestEnsureRefusesWhatOnlyTheOperatorCanSettle(t *testing.T) {
 			writeFile(t, st, "admin.crt", []byte("garbage"))
 			remove(t, st, "admin.key")
 		}, []want{{"admin.crt", "not a PEM certificate"}, {"admin.key", "missing, while"}}},
+		{"a garbage encryption key", func(t *testing.T, st Store) { writeFile(t, st, "encryption-key.b64", []byte("garbage")) },
+			[]want{{"encryption-key.b64", "not 32 bytes in base64"}}},
 		{"garbage sa.pub", func(t *testing.T, st Store) { writeFile(t, st, "sa.pub", []byte("garbage")) },
 			[]want{{"sa.pub", "not a PEM public key"}}},
 		{"sa.pub of another key", func(t *testing.T, st Store) { writeFile(t, st, "sa.pub", otherPublicKey(t)) },

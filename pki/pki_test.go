@@ -59,8 +59,8 @@ func TestEnsureIssuesEveryCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := ch.Issued
-	// 3 CAs, the SA key, 6 cluster leaves, 2 per worker, 5 per master
-	if want := 3 + 1 + 6 + 2*2 + 3*5; len(created) != want {
+	// 3 CAs, the SA key, the encryption key, 7 cluster leaves, 2 per worker, 6 per master
+	if want := 3 + 1 + 1 + 7 + 2*2 + 3*6; len(created) != want {
 		t.Errorf("created %d: %v, want %d", len(created), created, want)
 	}
 	roots := map[string]*x509.CertPool{}
@@ -115,7 +115,10 @@ func TestEnsureIssuesEveryCertificate(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"sa.key", "ca.key", "nodes/w1/kubelet-client.key"} {
+	if key, err := st.EncryptionKey(); err != nil || len(key) != 32 {
+		t.Errorf("encryption key: %d bytes, %v; want 32", len(key), err)
+	}
+	for _, f := range []string{"sa.key", "encryption-key.b64", "ca.key", "nodes/w1/kubelet-client.key"} {
 		fi, err := os.Stat(filepath.Join(st.Dir, f))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v, %v; want 0600", f, fi.Mode(), err)

@@ -77,6 +77,7 @@ func (r Reissue) String() string {
 type plan struct {
 	newCAs  []CA
 	newSA   bool
+	newEnc  bool
 	issue   []Leaf
 	reissue []reissue
 	notes   []string
@@ -130,6 +131,9 @@ func (st Store) plan(s *site.Site) (plan, error) {
 	ok, bad := st.readServiceAccount()
 	ps.add(bad...)
 	p.newSA = !ok && len(bad) == 0
+	_, ok, bad = st.readEncryptionKey()
+	ps.add(bad...)
+	p.newEnc = !ok && len(bad) == 0
 	orphaned := map[CA]bool{} // missing CAs whose leaves exist
 	for _, l := range Leaves(s) {
 		e, ok, bad := st.read(l.Stem)
@@ -176,6 +180,12 @@ func (st Store) apply(s *site.Site, p plan) (Changes, error) {
 			return ch, err
 		}
 		ch.Issued = append(ch.Issued, ServiceAccountKey)
+	}
+	if p.newEnc {
+		if err := st.createEncryptionKey(); err != nil {
+			return ch, err
+		}
+		ch.Issued = append(ch.Issued, EncryptionKeyFile)
 	}
 	for _, l := range p.issue {
 		if err := st.issue(l, s.Cluster.LeafValidity()); err != nil {

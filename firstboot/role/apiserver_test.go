@@ -48,10 +48,13 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
 	// The apiserver as its static pod runs it, on the test's ports and paths.
-	cmd := manifests.APIServer(n.params(etcdmember.Genesis("g1", n.file.Address))).Spec.Containers[0].Command
+	params := n.params(etcdmember.Genesis("g1", n.file.Address))
+	writeAPIServerConfig(t, root, params)
+	cmd := manifests.APIServer(params).Spec.Containers[0].Command
 	var args []string
 	for _, a := range cmd[1:] {
-		a = strings.ReplaceAll(a, nodefile.PKIDir, filepath.Join(root, nodefile.PKIDir))
+		a = strings.ReplaceAll(a, nodefile.Dir+"/", filepath.Join(root, nodefile.Dir)+"/")
+		a = strings.ReplaceAll(a, manifests.AuditLogDir, filepath.Join(root, manifests.AuditLogDir))
 		switch {
 		case strings.HasPrefix(a, "--etcd-servers="):
 			a = fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", etcdPort)
@@ -62,7 +65,7 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	}
 	start(t, "kube-apiserver", bins["kube-apiserver"], append(args, "--bind-address=127.0.0.1")...)
 
-	kc, err := clientcmd.LoadFromFile(filepath.Join(root, nodefile.KubeconfigDir, "admin.conf"))
+	kc, err := clientcmd.LoadFromFile(filepath.Join(root, nodefile.AgentKubeconfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +155,27 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// writeAPIServerConfig puts the configuration files the role renders for
+// the apiserver (its audit policy, its authentication configuration)
+// under root, as the role's start phase does on the node.
+func writeAPIServerConfig(t *testing.T, root string, p manifests.Params) {
+	t.Helper()
+	files, err := manifests.Files(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if filepath.Dir(f.Path) != manifests.APIServerConfigDir {
+			continue
+		}
+		path := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, f.Content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

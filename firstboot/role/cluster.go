@@ -32,20 +32,21 @@ import (
 	"github.com/kiln-project/kiln/nodefile"
 )
 
-// cluster is a master's admin access to the apiservers.
+// cluster is a master's agent access to the apiservers (system:masters:
+// it binds the operator's group before anything else can).
 type cluster struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	log  func(format string, args ...any)
 }
 
-// client is the admin client through the discovery name, like every
+// client is the agent's client through the discovery name, like every
 // other client; with an address, it talks to that master's apiserver
 // only (its certificate names the address too).
 func (n *Node) client(address string) (*cluster, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.KubeconfigDir+"/admin.conf"))
+	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.AgentKubeconfig))
 	if err != nil {
-		return nil, fmt.Errorf("the admin kubeconfig: %w", err)
+		return nil, fmt.Errorf("the agent's kubeconfig %s: %w", nodefile.AgentKubeconfig, err)
 	}
 	if address != "" {
 		cfg.Host = "https://" + net.JoinHostPort(address, strconv.Itoa(n.file.Cluster.APIServerPort))
@@ -110,7 +111,7 @@ func (c *cluster) applyAddOns(ctx context.Context, p manifests.Params) error {
 			return err
 		}
 	}
-	c.log("add-ons applied: %d objects (kiln-net CNI, kube-proxy, cluster DNS, anchors)", len(objs))
+	c.log("add-ons applied: %d objects (cluster-admins binding, kiln-net CNI, kube-proxy, cluster DNS, anchors)", len(objs))
 	return nil
 }
 

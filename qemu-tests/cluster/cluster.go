@@ -5,10 +5,13 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 )
@@ -87,10 +91,10 @@ func File(cfg []byte, path string) ([]byte, error) {
 }
 
 // HostClient reaches a VM's apiserver through hostfwd on 127.0.0.1:port
-// with the admin kubeconfig of cfg, checking the apiserver's certificate
+// with the master's agent kubeconfig of cfg (system:masters), checking the apiserver's certificate
 // for the discovery name.
 func HostClient(cfg []byte, port int) (kubernetes.Interface, error) {
-	data, err := File(cfg, "/etc/kiln/kubeconfig/admin.conf")
+	data, err := File(cfg, nodefile.AgentKubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -136,4 +140,19 @@ func KilnImage(outDir string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s lists no kiln image: the image was built without components", filepath.Join(outDir, "node.manifest.json"))
+}
+
+// AnonymousClient is an HTTPS client with no credentials that trusts the
+// cluster CA of cfg: what an anonymous caller of the apiserver is.
+func AnonymousClient(cfg []byte) (*http.Client, error) {
+	ca, err := File(cfg, nodefile.PKIDir+"/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s/ca.crt: no certificate", nodefile.PKIDir)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}, nil
 }

@@ -71,3 +71,33 @@ func etcdTLS(cfg []byte) (*tls.Config, error) {
 	pool.AppendCertsFromPEM(ca)
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
+
+// EtcdValue reads key's raw value through the etcd at endpoint, as the
+// apiserver stored it, with the apiserver's etcd client certificate from
+// a master's config cfg; dial makes the connection.
+func EtcdValue(ctx context.Context, cfg []byte, endpoint, key string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([]byte, error) {
+	tlsCfg, err := etcdTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", endpoint, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r, err := c.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("etcd get %s at %s: %w", key, endpoint, err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	return r.Kvs[0].Value, nil
+}

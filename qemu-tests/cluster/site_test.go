@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -48,7 +49,7 @@ func TestNetnsClientDialsTheServerAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := File(cfgs["m1"], "/etc/kiln/kubeconfig/admin.conf")
+	admin, err := File(cfgs["m1"], nodefile.AgentKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
