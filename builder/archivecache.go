@@ -17,7 +17,7 @@ import (
 // 400 MB for the control plane, 15-20 s of a warm build); the archive is a
 // function of the spec alone (files by content, modes, entrypoint, epoch),
 // so it is kept under a hash of that and linked into the next build.
-const archiveCacheVersion = "archive-cache v1"
+const archiveCacheVersion = "archive-cache v2" // v2: gzip best compression
 
 // archiveCache is the cache directory: <key>.tar beside <key>.json (the
 // archive's reference and digest).

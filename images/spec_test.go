@@ -46,7 +46,7 @@ func TestInvalidSpecsNameFieldAndReason(t *testing.T) {
 		{"bad suite and arch together", func(s string) string {
 			return strings.NewReplacer("suite: bookworm", "suite: sid", "arch: amd64", "arch: s390x").Replace(s)
 		}, []string{`base.suite: "sid" is not supported`, `base.arch: "s390x" is not supported`}},
-		{"zstd level", repl("level: 3", "level: 40"), []string{"squashfs.level: zstd level must be 1..22"}},
+		{"zstd level", repl("level: 9", "level: 40"), []string{"squashfs.level: zstd level must be 1..22"}},
 		{"payload without hash", func(s string) string {
 			return s + "payload:\n  files:\n    - {path: usr/bin/x, source: ftp://h/x}\n"
 		}, []string{
