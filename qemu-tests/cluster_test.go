@@ -66,6 +66,7 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 		cfgs[name] = withCPUReport(t, cfgs[name])
 	}
 	seg := segment(t)
+	tl := newBootTimeline(t, dir, "cluster scenario")
 	var nodes []*clusterVM
 	for _, m := range cluster.Machines() {
 		nodes = append(nodes, &clusterVM{Machine: m})
@@ -87,13 +88,13 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(ctx, kube))
 		}
 	})
-	waitDone(t, nodes[0], "bootstrapped")
+	waitDone(t, tl, nodes[0], "bootstrapped")
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	for _, n := range nodes[1:] {
 		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 	}
 	for _, n := range nodes[1:] {
-		waitDone(t, n, "joined")
+		waitDone(t, tl, n, "joined")
 	}
 	checkWholeCluster(t, seg, kube, cfgs["m1"], time.Time{})
 	parallelChecks(t, "joined",
@@ -103,7 +104,7 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFromWorker(t, kube, image) }})
 
 	for cut := 1; cut <= powerCuts(t); cut++ {
-		wholeClusterPowerCut(t, seg, kube, nodes, cfgs["m1"], image, cut)
+		wholeClusterPowerCut(t, seg, kube, tl, nodes, cfgs["m1"], image, cut)
 	}
 }
 
@@ -122,7 +123,7 @@ func powerCuts(t *testing.T) int {
 // wholeClusterPowerCut writes a ConfigMap, pulls every plug at once, boots
 // every machine again with no config, and checks that the cluster came
 // back by itself with the write.
-func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interface, nodes []*clusterVM, m1cfg []byte, image string, cut int) {
+func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interface, tl *bootTimeline, nodes []*clusterVM, m1cfg []byte, image string, cut int) {
 	t.Helper()
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("survives-power-cut-%d", cut)}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
@@ -152,7 +153,7 @@ func wholeClusterPowerCut(t *testing.T, seg *netns.Net, kube kubernetes.Interfac
 		}
 	}
 	for _, n := range nodes {
-		waitDone(t, n, "restored")
+		waitDone(t, tl, n, "restored")
 		if src, ok := n.Find(mustRe(`kiln-firstboot: done source=`)); !ok || !strings.Contains(src, "source=state") {
 			t.Errorf("%s: config source after power cut %d: %q, want the state partition", n.Name, cut, src)
 		}
@@ -228,10 +229,12 @@ func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, m cluster.Mac
 }
 
 // waitDone waits for the machine's role to end and fails unless it says
-// how (bootstrapped, joined, restored).
-func waitDone(t *testing.T, n *clusterVM, how string) {
+// how (bootstrapped, joined, restored); the boot goes on the timeline
+// either way.
+func waitDone(t *testing.T, tl *bootTimeline, n *clusterVM, how string) {
 	t.Helper()
 	line, err := cluster.WaitRoleDone(context.Background(), n.VM, n.Role, how, joinBoot)
+	tl.add(bootName(n.Name, n.Boot()), n.VM)
 	if err != nil {
 		t.Fatal(err)
 	}

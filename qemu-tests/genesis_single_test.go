@@ -48,7 +48,9 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 		HostFwd:  []string{fmt.Sprintf("tcp:127.0.0.1:%d-10.0.2.50:6443", port), fmt.Sprintf("tcp:127.0.0.1:%d-10.0.2.50:2379", etcdPort)},
 		Ignition: cfgs["g1"]})
 	ctx := context.Background()
+	tl := newBootTimeline(t, dir, "genesis scenario")
 	line, err := cluster.WaitRoleDone(ctx, v, "genesis", "bootstrapped", joinBoot)
+	tl.add(bootName("g1", 1), v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,9 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err := v.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if line, err = cluster.WaitRoleDone(ctx, v, "genesis", "restored", joinBoot); err != nil {
+	line, err = cluster.WaitRoleDone(ctx, v, "genesis", "restored", joinBoot)
+	tl.add(bootName("g1", 2), v)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("boot 2: %s (%s after power-on)", line, v.Uptime().Round(time.Second))
