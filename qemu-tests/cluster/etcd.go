@@ -22,19 +22,10 @@ type EtcdMember struct {
 // EtcdMembers lists the members through the etcd at endpoint, with the
 // apiserver's etcd client certificate from a master's config cfg; every
 // connection is made by dial (a netns.Net's DialContext).
-func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([]EtcdMember, error) {
-	tlsCfg, err := etcdTLS(cfg)
+func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial Dialer) ([]EtcdMember, error) {
+	c, err := etcdClient(cfg, endpoint, dial)
 	if err != nil {
 		return nil, err
-	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dial(ctx, "tcp", addr)
-		})},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", endpoint, err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -48,6 +39,29 @@ func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial func(ctx
 		out = append(out, EtcdMember{Name: m.Name, IsLearner: m.IsLearner})
 	}
 	return out, nil
+}
+
+// Dialer makes the test's connections (a netns.Net's DialContext, or a
+// plain net.Dialer's for a host port forward).
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// etcdClient connects to the etcd at endpoint with the apiserver's etcd
+// client certificate from a master's config cfg.
+func etcdClient(cfg []byte, endpoint string, dial Dialer) (*clientv3.Client, error) {
+	tlsCfg, err := etcdTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", endpoint, err)
+	}
+	return c, nil
 }
 
 func etcdTLS(cfg []byte) (*tls.Config, error) {
@@ -75,19 +89,10 @@ func etcdTLS(cfg []byte) (*tls.Config, error) {
 // EtcdValue reads key's raw value through the etcd at endpoint, as the
 // apiserver stored it, with the apiserver's etcd client certificate from
 // a master's config cfg; dial makes the connection.
-func EtcdValue(ctx context.Context, cfg []byte, endpoint, key string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([]byte, error) {
-	tlsCfg, err := etcdTLS(cfg)
+func EtcdValue(ctx context.Context, cfg []byte, endpoint, key string, dial Dialer) ([]byte, error) {
+	c, err := etcdClient(cfg, endpoint, dial)
 	if err != nil {
 		return nil, err
-	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dial(ctx, "tcp", addr)
-		})},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", endpoint, err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
