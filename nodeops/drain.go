@@ -126,9 +126,14 @@ func (r *Remover) drain(ctx context.Context, n *node, log Logf) error {
 	ready := readyOf(n.obj)
 	if len(first.refused) > 0 {
 		if ready == "Ready" {
-			return fmt.Errorf("nothing evicted, these pods on %s cannot be: %s", n.name, strings.Join(first.refused, "; "))
+			return fmt.Errorf("nothing evicted, these pods on %s cannot be: %s. %s stays cordoned (kubectl uncordon %s undoes that)",
+				n.name, strings.Join(first.refused, "; "), n.name, n.name)
 		}
-		log("%s is %s; not evicting: %s", n.name, ready, strings.Join(first.refused, "; "))
+		log("%s is not Ready (Ready=%s); not evicting: %s", n.name, ready, strings.Join(first.refused, "; "))
+	}
+	if len(first.evictable) == 0 {
+		log("no pod on %s to evict", n.name)
+		return nil
 	}
 	timeout := cmp.Or(r.Timeout, DefaultTimeout)
 	evicted := map[types.UID]bool{}
@@ -138,15 +143,14 @@ func (r *Remover) drain(ctx context.Context, n *node, log Logf) error {
 		if err != nil {
 			return err
 		}
-		last = d
-		return r.evictAll(ctx, d.evictable, evicted, log)
+		held := r.evictAll(ctx, d.evictable, evicted, log)
+		if last, err = r.look(ctx, n.name); err != nil {
+			return err
+		}
+		return stillThere(last.evictable, held)
 	})
 	if err == nil {
-		if len(evicted) == 0 {
-			log("no pod on %s to evict", n.name)
-		} else {
-			log("drained %s: %d pods evicted", n.name, len(evicted))
-		}
+		log("drained %s: %d evicted", n.name, len(evicted))
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -155,35 +159,48 @@ func (r *Remover) drain(ctx context.Context, n *node, log Logf) error {
 	return r.afterBound(ctx, n, last, timeout, err, log)
 }
 
-// evictAll asks to evict every pod not yet terminating; it is nil once
-// none is left, else names what is.
-func (r *Remover) evictAll(ctx context.Context, pods []corev1.Pod, evicted map[types.UID]bool, log Logf) error {
-	var left []string
+// evictAll asks to evict every pod not yet terminating; it returns why
+// the pods it could not evict are held, by name.
+func (r *Remover) evictAll(ctx context.Context, pods []corev1.Pod, evicted map[types.UID]bool, log Logf) map[string]string {
+	held := map[string]string{}
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
-			left = append(left, podName(p)+" (terminating)")
 			continue
 		}
 		err := r.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
 		switch {
 		case apierrors.IsNotFound(err):
-			continue
 		case apierrors.IsTooManyRequests(err):
-			left = append(left, podName(p)+" (a disruption budget holds it: "+clustercheck.OneLine(err)+")")
+			held[podName(p)] = "a disruption budget holds it: " + clustercheck.OneLine(err)
 		case err != nil:
-			left = append(left, podName(p)+" ("+clustercheck.OneLine(err)+")")
-		default:
-			if !evicted[p.UID] {
-				evicted[p.UID] = true
-				log("evicting %s", podName(p))
-			}
-			left = append(left, podName(p)+" (evicted)")
+			held[podName(p)] = clustercheck.OneLine(err)
+		case !evicted[p.UID]:
+			evicted[p.UID] = true
+			log("evicted %s", podName(p))
 		}
 	}
-	if len(left) > 0 {
-		return fmt.Errorf("%d pods left: %s", len(left), strings.Join(left, ", "))
+	return held
+}
+
+// stillThere is nil when no evictable pod is left, else names each with
+// its state.
+func stillThere(pods []corev1.Pod, held map[string]string) error {
+	if len(pods) == 0 {
+		return nil
 	}
-	return nil
+	var left []string
+	for _, p := range pods {
+		why := held[podName(p)]
+		switch {
+		case why != "":
+		case p.DeletionTimestamp != nil:
+			why = "terminating"
+		default:
+			why = "not evicted yet"
+		}
+		left = append(left, podName(p)+" ("+why+")")
+	}
+	return fmt.Errorf("%d pods left: %s", len(left), strings.Join(left, ", "))
 }
 
 // afterBound decides what a drain that ran out of time means: on a node
@@ -200,14 +217,18 @@ func (r *Remover) afterBound(ctx context.Context, n *node, last drainPass, timeo
 	}
 	n.obj = obj
 	if ready := readyOf(obj); ready != "Ready" {
-		var not []string
+		var still []string
 		for _, p := range last.evictable {
-			not = append(not, podName(p))
+			if p.DeletionTimestamp != nil {
+				still = append(still, podName(p)+" (terminating)")
+			} else {
+				still = append(still, podName(p))
+			}
 		}
-		not = append(not, last.refused...)
-		log("%s is %s (down: its kubelet cannot stop its pods); skipping the drain after %s. Not evicted: %s. "+
+		still = append(still, last.refused...)
+		log("%s is not Ready (Ready=%s: down, its kubelet cannot stop its pods); skipping the drain after %s. Still on it: %s. "+
 			"They are deleted with the Node, and their controllers start them elsewhere",
-			n.name, ready, timeout, orNone(not))
+			n.name, ready, timeout, orNone(still))
 		return nil
 	}
 	return fmt.Errorf("%w. The node is Ready: find what holds the pods (a disruption budget, a stuck finalizer), then run kiln node remove again, perhaps with a longer --timeout", waitErr)
