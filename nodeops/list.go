@@ -102,8 +102,8 @@ func (l *Lister) List(ctx context.Context) Listing {
 			row.Version = n.obj.Status.NodeInfo.KubeletVersion
 		}
 		if haveEtcd {
-			row.Etcd = etcdCell(mine, answers)
-			etcdFindings(n, mine, answers, &out)
+			stale := etcdFindings(n, mine, answers, &out)
+			row.Etcd = etcdCell(mine, answers, stale)
 		}
 		if n.site != nil && l.CertExpiry != nil {
 			row.CertExpiry = l.expiry(*n.site, &out)
@@ -115,7 +115,7 @@ func (l *Lister) List(ctx context.Context) Listing {
 			continue
 		}
 		out.Rows = append(out.Rows, Row{Name: cmp.Or(m.Name, "?"), Role: "-", Address: peerHost(m), Ready: "no Node",
-			Etcd: etcdCell([]etcdmember.Member{m}, answers), Version: "-", CertExpiry: "-"})
+			Etcd: etcdCell([]etcdmember.Member{m}, answers, map[uint64]bool{m.ID: true}), Version: "-", CertExpiry: "-"})
 		wayOut := fmt.Sprintf("kiln node remove %s removes it (checking quorum first)", m.Name)
 		if m.Name == "" {
 			wayOut = fmt.Sprintf("An unstarted learner: the master it was added for removes it when its join gives up; else etcdctl member remove %x (%s)", m.ID, DocsStaleMember)
@@ -199,8 +199,9 @@ func (l *Lister) apiNotes(n node, out *Listing) {
 }
 
 // etcdCell is the ETCD column: voter, learner or none, "(no answer)"
-// after a member that does not answer a status call.
-func etcdCell(mine []etcdmember.Member, answers map[uint64]bool) string {
+// after a member that does not answer a status call, "(stale)" after
+// one that is not the node's own.
+func etcdCell(mine []etcdmember.Member, answers, stale map[uint64]bool) string {
 	if len(mine) == 0 {
 		return "none"
 	}
@@ -213,24 +214,29 @@ func etcdCell(mine []etcdmember.Member, answers map[uint64]bool) string {
 		if !answers[m.ID] {
 			c += " (no answer)"
 		}
+		if stale[m.ID] {
+			c += " (stale)"
+		}
 		cells = append(cells, c)
 	}
 	return strings.Join(cells, "+")
 }
 
 // etcdFindings checks a node's members: a master needs exactly its own
-// (its name, its peer URL); a worker has none.
-func etcdFindings(n node, mine []etcdmember.Member, answers map[uint64]bool, out *Listing) {
+// (its name, its peer URL); a worker has none. It returns the stale ones.
+func etcdFindings(n node, mine []etcdmember.Member, answers map[uint64]bool, out *Listing) map[uint64]bool {
+	stale := map[uint64]bool{}
 	master := n.role() == site.RoleGenesis || n.role() == site.RoleMaster
 	if master && len(mine) == 0 {
 		out.Problems = append(out.Problems, fmt.Sprintf("master %s has no etcd member (its join never finished, or it was removed): "+
 			"re-image it and it joins again, or take it out of the site file (%s)", n.name, DocsLostMaster))
 	}
-	wayOut := fmt.Sprintf("etcdctl member remove <id> (%s)", DocsStaleMember)
-	if master {
-		wayOut = fmt.Sprintf("Re-image %s: its join replaces a stale member of its name or peer URL; or %s", n.name, wayOut)
-	}
 	for _, m := range mine {
+		wayOut := fmt.Sprintf("etcdctl member remove %x (%s)", m.ID, DocsStaleMember)
+		if master {
+			wayOut = fmt.Sprintf("Re-image %s: its join replaces a stale member of its name or peer URL; or %s", n.name, wayOut)
+		}
+		stale[m.ID] = true
 		switch {
 		case !master:
 			out.Problems = append(out.Problems, fmt.Sprintf("%s %s has etcd member %s, and only masters run etcd: stale. %s",
@@ -241,11 +247,16 @@ func etcdFindings(n node, mine []etcdmember.Member, answers map[uint64]bool, out
 		case m.Name != "" && m.Name != n.name:
 			out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s has %s's peer URL under another name: stale. %s", describe(m), n.name, wayOut))
 		case !answers[m.ID]:
+			delete(stale, m.ID)
 			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s does not answer (down?)", n.name, describe(m)))
 		case m.IsLearner:
+			delete(stale, m.ID)
 			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s is a learner: the master is still joining", n.name, describe(m)))
+		default:
+			delete(stale, m.ID)
 		}
 	}
+	return stale
 }
 
 // DocsStaleMember is where the operator's page removes a stale member by
