@@ -70,7 +70,7 @@ func (e *Client) MemberList(ctx context.Context) ([]Member, error) {
 	defer cancel()
 	r, err := e.c.MemberList(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("etcd member list: %w", err)
+		return nil, fmt.Errorf("etcd member list at %s: %w", strings.Join(e.c.Endpoints(), ","), err)
 	}
 	return members(r.Members), nil
 }

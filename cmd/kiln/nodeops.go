@@ -141,6 +141,9 @@ NAME may be a node of the site, a Node of the cluster or an etcd member's name.
 The apiserver used is another master's when one is ready: a removed master's
 apiserver stops with its etcd member.
 
+Exit status: 1 when kiln refuses or a step fails (the message names the step),
+2 for a usage error (an unknown node, a missing site file or PKI directory).
+
 Not built yet: a removed node that still runs is not stopped by kiln (power
 it off or re-image it, or its kubelet registers the Node again), and removal
 through the API. See docs/operations.md.`,
