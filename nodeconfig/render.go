@@ -202,12 +202,23 @@ func operatorKubeconfig(s *site.Site, st pki.Store, stem string) ([]byte, error)
 	cfg.AuthInfos[stem] = &clientcmdapi.AuthInfo{ClientCertificateData: p.Cert, ClientKeyData: p.Key}
 	for i, m := range s.Masters() {
 		name := s.Cluster.Name + "-" + m.Name
-		server := "https://" + netip.AddrPortFrom(m.IP(), uint16(s.Cluster.APIServerPort)).String()
-		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, TLSServerName: s.Cluster.DiscoveryName, CertificateAuthorityData: ca}
-		cfg.Contexts[stem+"@"+name] = &clientcmdapi.Context{Cluster: name, AuthInfo: stem}
+		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: APIServerURL(s, m), TLSServerName: s.Cluster.DiscoveryName, CertificateAuthorityData: ca}
+		cfg.Contexts[OperatorContext(s, stem, m)] = &clientcmdapi.Context{Cluster: name, AuthInfo: stem}
 		if i == 0 {
-			cfg.CurrentContext = stem + "@" + name
+			cfg.CurrentContext = OperatorContext(s, stem, m)
 		}
 	}
 	return clientcmd.Write(*cfg)
+}
+
+// OperatorContext names the context of an operator's kubeconfig (the
+// client certificate stem, e.g. pki.AdminStem) that reaches master m:
+// <stem>@<cluster>-<master>.
+func OperatorContext(s *site.Site, stem string, m site.Node) string {
+	return stem + "@" + s.Cluster.Name + "-" + m.Name
+}
+
+// APIServerURL is master m's apiserver at its own address.
+func APIServerURL(s *site.Site, m site.Node) string {
+	return "https://" + netip.AddrPortFrom(m.IP(), uint16(s.Cluster.APIServerPort)).String()
 }

@@ -44,6 +44,11 @@ func TestExitCodes(t *testing.T) {
 		{"gen with a PKI only the operator can fix", []string{"gen", "-f", "../../examples/site.yaml", "--pki", brokenPKI, "-o", filepath.Join(dir, "out")}, exitUsage, filepath.Join(brokenPKI, "sa.key") + ": not a PEM private key"},
 		{"pki check finds a problem", []string{"pki", "check", "--pki", brokenPKI}, exitFailure, filepath.Join(brokenPKI, "sa.pub") + ": missing"},
 		{"pki check of no PKI", []string{"pki", "check", "--pki", operators}, exitUsage, "no PKI here"},
+		{"node remove without a name", []string{"node", "remove", "-f", "../../examples/site.yaml"}, exitUsage, "accepts 1 arg"},
+		{"node remove with no PKI", []string{"node", "remove", "w1", "-f", "../../examples/site.yaml", "--pki", filepath.Join(dir, "none")}, exitUsage, "--pki " + filepath.Join(dir, "none")},
+		{"node remove with no timeout", []string{"node", "remove", "w1", "-f", "../../examples/site.yaml", "--timeout", "0s"}, exitUsage, "--timeout 0s"},
+		{"node list without a site", []string{"node", "list"}, exitUsage, `"file" not set`},
+		{"node list of an invalid site", []string{"node", "list", "-f", broken, "--pki", dir}, exitUsage, "nodes[3].role"},
 		{"runtime failure", []string{"images", "import", "--root", dir}, exitFailure, "image catalog"},
 		{"agent failure already on the console", []string{"firstboot", "role", "--root", dir}, exitFailure, ""},
 	} {

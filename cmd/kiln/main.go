@@ -83,5 +83,6 @@ func subcommands() []*cobra.Command {
 		newNetCmd(),
 		newAnchorCmd(),
 		newCheckCmd(),
+		newNodeCmd(),
 	}
 }

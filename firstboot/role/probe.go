@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -87,20 +88,14 @@ func isTimeout(err error) bool {
 // etcdClientTLS is the client side of every etcd connection a master
 // makes: its apiserver-etcd-client pair, trusting only the etcd CA.
 func (n *Node) etcdClientTLS() (*tls.Config, error) {
-	pki := func(f string) string { return n.path(nodefile.PKIDir + "/" + f) }
-	pair, err := tls.LoadX509KeyPair(pki("apiserver-etcd-client.crt"), pki("apiserver-etcd-client.key"))
-	if err != nil {
-		return nil, fmt.Errorf("the etcd client certificate: %w", err)
+	var pem [3][]byte
+	for i, f := range []string{"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "etcd/ca.crt"} {
+		var err error
+		if pem[i], err = os.ReadFile(n.path(nodefile.PKIDir + "/" + f)); err != nil {
+			return nil, fmt.Errorf("the etcd client TLS: %w", err)
+		}
 	}
-	ca, err := os.ReadFile(pki("etcd/ca.crt"))
-	if err != nil {
-		return nil, fmt.Errorf("the etcd CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s: no certificate", pki("etcd/ca.crt"))
-	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return etcdmember.ClientTLS(pem[0], pem[1], pem[2])
 }
 
 // otherMasters are the site's masters other than this node.

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiln-project/kiln/nodeops"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+// The operator's commands against a running cluster, from the site file
+// and the PKI kiln gen keeps.
+
+func newNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "List and remove the nodes of a running cluster (from the operator's machine or a master)",
+		Long: `Operate on a running cluster with what kiln gen wrote: the site file names every
+master's address, the PKI holds the admin and etcd client certificates. Each
+command tries the site's masters in turn: the first whose apiserver is ready
+(/readyz within 10 s), and etcd at every master's client URL (port 2379).
+Run them from the operator's machine or from any master that has the site file
+and the PKI. See docs/operations.md.`,
+	}
+	cmd.AddCommand(newNodeListCmd(), newNodeRemoveCmd())
+	return cmd
+}
+
+// clusterFlags are the flags every node command takes.
+type clusterFlags struct{ site, pki string }
+
+// load reads the site file and checks the PKI directory is there; both
+// are the operator's to fix (usage errors).
+func (f *clusterFlags) load() (*site.Site, pki.Store, error) {
+	s, err := loadSite(f.site)
+	if err != nil {
+		return nil, pki.Store{}, err
+	}
+	if fi, err := os.Stat(f.pki); err != nil || !fi.IsDir() {
+		return nil, pki.Store{}, usageError{fmt.Errorf("--pki %s: not a directory: give the PKI directory kiln gen keeps for this site", f.pki)}
+	}
+	return s, pki.Store{Dir: f.pki}, nil
+}
+
+func (f *clusterFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.site, "file", "f", "", "the site file (required)")
+	cmd.Flags().StringVar(&f.pki, "pki", "pki", "the PKI directory kiln gen keeps")
+	cmd.MarkFlagRequired("file")
+}
+
+func newNodeListCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "list -f SITE --pki DIR",
+		Short: "List every node with its role, address, readiness, etcd membership, version and certificate expiry",
+		Long: `List the site's nodes (in file order), the cluster's Nodes the site does not
+name, and etcd members that belong to no node, one line each:
+
+  NAME         the node
+  ROLE         genesis, master or worker: the site's, else the Node's kiln.dev/role
+  ADDRESS      the site's static address, else the Node's InternalIP
+  READY        the Node's Ready condition: Ready, NotReady, Unknown, or "no Node"
+  ETCD         voter, learner or none (from etcd's member list, matched by the
+               node's name or peer URL); "(no answer)" when that member does
+               not answer a status call within 5 s
+  VERSION      the kubelet's version as the Node reports it (a node does not
+               publish its kiln image's version yet)
+  CERT-EXPIRY  the day the first of the node's own certificates in the PKI
+               expires (kiln pki check lists them all)
+
+Then a line per problem and note. kiln node list exits 1 when there is a
+problem: a master of the site without an etcd member, a member that is stale
+(named for a master at another peer URL, or for a worker, or for no node at
+all), or an apiserver or etcd that could not be reached (what the other told
+is still listed, "?" where a column is unknown).`,
+		Example: `  kiln node list -f site.yaml --pki pki/`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, st, err := f.load()
+			if err != nil {
+				return err
+			}
+			log := func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+			l := &nodeops.Lister{Site: s, CertExpiry: nodeops.CertExpiry(s, st), Now: time.Now()}
+			l.Kube, l.KubeErr = nodeops.ConnectAPI(ctx, s, st, "", log)
+			etcd, err := nodeops.ConnectEtcd(s, st, "")
+			if err != nil {
+				l.EtcdErr = err
+			} else {
+				defer etcd.Close()
+				l.Etcd = etcd
+			}
+			listing := l.List(ctx)
+			if err := listing.Write(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			return listing.Err()
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newNodeRemoveCmd() *cobra.Command {
+	var f clusterFlags
+	var o nodeops.Options
+	cmd := &cobra.Command{
+		Use:   "remove NAME -f SITE --pki DIR [--timeout 5m]",
+		Short: "Take a node out of the cluster: cordon, drain, leave etcd, delete the Node",
+		Long: `Take the node NAME out of the cluster, in named steps, each saying what it did:
+
+  [1/5] check        for a master: refuse, before anything changes, when removing
+                     its etcd member would leave no master, or would leave etcd
+                     without quorum (a quorum must answer now for the removal to
+                     commit, and a quorum of the members that remain after it).
+                     The refusal says why and what to do.
+  [2/5] cordon       mark the Node unschedulable
+  [3/5] drain        evict its pods through the eviction API, as kubectl drain
+                     does: DaemonSet pods and static pods stay; pods with emptyDir
+                     data (--delete-emptydir-data) and pods no controller manages
+                     (--evict-unmanaged) are refused, and on a Ready node the
+                     drain then stops before evicting anything, naming them.
+                     Bounded by --timeout: past it the drain of a node that is not
+                     Ready (down) is skipped with a message and the removal goes
+                     on; on a Ready node it fails, naming the pods left.
+  [4/5] etcd-member  for a master: remove its etcd member (by name or peer URL),
+                     checking quorum again; a member already gone is done
+  [5/5] delete-node  delete the Node (the pods still bound to it go with it)
+
+Every step is idempotent: a second run finishes what an interrupted one started.
+NAME may be a node of the site, a Node of the cluster or an etcd member's name.
+The apiserver used is another master's when one is ready: a removed master's
+apiserver stops with its etcd member.
+
+Exit status: 1 when kiln refuses or a step fails (the message names the step),
+2 for a usage error (an unknown node, a missing site file or PKI directory).
+
+Not built yet: a removed node that still runs is not stopped by kiln (power
+it off or re-image it, or its kubelet registers the Node again), and removal
+through the API. See docs/operations.md.`,
+		Example: `  kiln node remove w1 -f site.yaml --pki pki/
+  kiln node remove m2 -f site.yaml --pki pki/ --timeout 10m --delete-emptydir-data`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if name == "" {
+				return usageError{errors.New("the node name is empty")}
+			}
+			if o.Timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: must be more than 0", o.Timeout)}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, st, err := f.load()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			log := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+			r := &nodeops.Remover{Site: s, Log: log, Options: o}
+			if r.Kube, err = nodeops.ConnectAPI(ctx, s, st, name, log); err != nil {
+				return err
+			}
+			etcd, err := nodeops.ConnectEtcd(s, st, name)
+			if err != nil {
+				r.EtcdErr = err
+			} else {
+				defer etcd.Close()
+				r.Etcd = etcd
+			}
+			err = r.Remove(ctx, name)
+			if errors.Is(err, nodeops.ErrUnknownNode) {
+				return usageError{err}
+			}
+			return err
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", nodeops.DefaultTimeout, "bound on the drain: past it a node that is not Ready is removed without it")
+	cmd.Flags().BoolVar(&o.DeleteEmptyDirData, "delete-emptydir-data", false, "also evict pods with emptyDir volumes; their data is lost (kubectl drain's flag)")
+	cmd.Flags().BoolVar(&o.EvictUnmanaged, "evict-unmanaged", false, "also evict pods no controller manages; nothing re-creates them (kubectl drain --force)")
+	return cmd
+}

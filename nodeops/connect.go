@@ -1,0 +1,137 @@
+package nodeops
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/nodeconfig"
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+// Bounds of reaching a master: its apiserver's /readyz, and every API
+// call after.
+const (
+	probeBound = 10 * time.Second
+	callBound  = 20 * time.Second
+)
+
+// EtcdClientStem is the PKI's client certificate the commands use for
+// etcd: the apiserver's, the one the QEMU tests use too.
+const EtcdClientStem = "apiserver-etcd-client"
+
+// byPreference lists the site's masters in the order the commands try
+// them: the site's (genesis first), with avoid (the node being removed,
+// whose apiserver goes when its etcd member does) last.
+func byPreference(s *site.Site, avoid string) []site.Node {
+	ms := s.Masters()
+	slices.SortStableFunc(ms, func(a, b site.Node) int {
+		switch {
+		case a.Name == avoid && b.Name != avoid:
+			return 1
+		case b.Name == avoid && a.Name != avoid:
+			return -1
+		}
+		return 0
+	})
+	return ms
+}
+
+// ConnectAPI reaches the first master whose apiserver is ready, with the
+// operator's admin.kubeconfig exactly as kiln gen writes it (the
+// master's context: its address, the discovery name as TLS server
+// name), trying each master of the site in turn, avoid last. It says
+// which master answers and why each one before did not.
+func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, log Logf) (kubernetes.Interface, error) {
+	data, err := nodeconfig.AdminKubeconfigFor(s, st)
+	if err != nil {
+		return nil, fmt.Errorf("the admin kubeconfig from the PKI in %s: %w", st.Dir, err)
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("the admin kubeconfig: %w", err)
+	}
+	var errs []error
+	for _, m := range byPreference(s, avoid) {
+		url := nodeconfig.APIServerURL(s, m)
+		rc, err := clientcmd.NewNonInteractiveClientConfig(*kc, nodeconfig.OperatorContext(s, pki.AdminStem, m), &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
+		}
+		rc.Timeout = callBound
+		kube, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeBound)
+		err = clustercheck.APIServerReady(pctx, kube)
+		cancel()
+		if err == nil {
+			log("apiserver: using master %s (%s)", m.Name, url)
+			return kube, nil
+		}
+		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, clustercheck.OneLine(err))
+		errs = append(errs, fmt.Errorf("master %s (%s): %w", m.Name, url, err))
+	}
+	return nil, fmt.Errorf("no apiserver of the site %s is ready: %w", s.File, errors.Join(errs...))
+}
+
+// ConnectEtcd is a client for the site's etcd at every master's client
+// URL (avoid last), with the etcd CA and the apiserver's etcd client
+// certificate from the PKI. It connects lazily: a member that does not
+// answer shows in the first call.
+func ConnectEtcd(s *site.Site, st pki.Store, avoid string) (*etcdmember.Client, error) {
+	p, err := st.Pair(EtcdClientStem)
+	if err != nil {
+		return nil, fmt.Errorf("the etcd client certificate: %w", err)
+	}
+	ca, err := st.Cert(pki.EtcdCA.Stem)
+	if err != nil {
+		return nil, fmt.Errorf("the etcd CA: %w", err)
+	}
+	cfg, err := etcdmember.ClientTLS(p.Cert, p.Key, ca)
+	if err != nil {
+		return nil, fmt.Errorf("the PKI in %s: %w", st.Dir, err)
+	}
+	var eps []string
+	for _, m := range byPreference(s, avoid) {
+		eps = append(eps, etcdmember.ClientURL(m.IP().String()))
+	}
+	return etcdmember.Dial(eps, cfg)
+}
+
+// CertExpiry is when the first of node n's own certificates in the PKI
+// expires (those kiln gen puts in its config, pki.NodeLeaves).
+func CertExpiry(s *site.Site, st pki.Store) func(site.Node) (time.Time, error) {
+	return func(n site.Node) (time.Time, error) {
+		var first time.Time
+		for _, l := range pki.NodeLeaves(s, n) {
+			data, err := st.Cert(l.Stem)
+			if err != nil {
+				return time.Time{}, err
+			}
+			b, _ := pem.Decode(data)
+			if b == nil {
+				return time.Time{}, fmt.Errorf("%s.crt: no PEM certificate", l.Stem)
+			}
+			c, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("%s.crt: %w", l.Stem, err)
+			}
+			if first.IsZero() || c.NotAfter.Before(first) {
+				first = c.NotAfter
+			}
+		}
+		return first, nil
+	}
+}

@@ -1,0 +1,150 @@
+package nodeops
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/site"
+)
+
+// loopbackSite has two masters sharing port, m1 at 127.0.0.1 and m2 at
+// 127.0.0.2: written after validation, which refuses loopback addresses.
+func loopbackSite(t *testing.T, port int) *site.Site {
+	t.Helper()
+	s := parseSite(t, fmt.Sprintf(`apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster: {name: lab, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12, apiServerPort: %d}
+nodes:
+  - {name: m1, role: genesis, macs: ["52:54:00:00:00:11"], installDisk: /dev/vda, network: {address: 10.0.0.11/24, gateway: 10.0.0.1}}
+  - {name: m2, role: master, macs: ["52:54:00:00:00:12"], installDisk: /dev/vda, network: {address: 10.0.0.12/24, gateway: 10.0.0.1}}
+`, port))
+	s.Nodes[0].Network.Address = "127.0.0.1/8"
+	s.Nodes[1].Network.Address = "127.0.0.2/8"
+	return s
+}
+
+// ConnectAPI uses admin.kubeconfig as kiln gen writes it: m1 refuses
+// the connection, m2's apiserver (its certificate from the PKI, checked
+// for the discovery name) answers /readyz with the admin's certificate.
+func TestConnectAPITriesEachMaster(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	s := loopbackSite(t, port)
+	st := pki.Store{Dir: t.TempDir()}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiserver(t, st, l)
+	defer srv.Close()
+
+	var lines []string
+	log := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	kube, err := ConnectAPI(context.Background(), s, st, "", log)
+	if err != nil {
+		t.Fatalf("ConnectAPI: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if kube == nil || len(lines) != 2 || !strings.Contains(lines[0], "master m1 (https://127.0.0.1:") ||
+		!strings.Contains(lines[1], fmt.Sprintf("using master m2 (https://127.0.0.2:%d)", port)) {
+		t.Errorf("ConnectAPI said:\n%s", strings.Join(lines, "\n"))
+	}
+
+	lines = nil
+	if _, err := ConnectAPI(context.Background(), s, st, "m1", log); err != nil || len(lines) != 1 || !strings.Contains(lines[0], "using master m2") {
+		t.Errorf("with m1 avoided: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+
+	srv.Close()
+	lines = nil
+	_, err = ConnectAPI(context.Background(), s, st, "", log)
+	if err == nil || !strings.Contains(err.Error(), "no apiserver of the site site.yaml is ready") || !strings.Contains(err.Error(), "master m2") {
+		t.Errorf("with no apiserver: %v", err)
+	}
+}
+
+// apiserver serves /readyz on l with m2's apiserver certificate, asking
+// for a client certificate from the cluster CA, as an apiserver does.
+func apiserver(t *testing.T, st pki.Store, l net.Listener) *httptest.Server {
+	t.Helper()
+	p, err := st.Pair(pki.NodeStem("m2", "apiserver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(p.Cert, p.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := st.Cert(pki.KubernetesCA.Stem)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" || len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != "kubernetes-admin" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.StartTLS()
+	return srv
+}
+
+func TestConnectEtcdNeedsTheEtcdClientCertificate(t *testing.T) {
+	s := loopbackSite(t, 6443)
+	st := pki.Store{Dir: t.TempDir()}
+	if _, err := ConnectEtcd(s, st, ""); err == nil || !strings.Contains(err.Error(), "apiserver-etcd-client.crt") {
+		t.Errorf("ConnectEtcd with no PKI: %v, want the certificate named", err)
+	}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ConnectEtcd(s, st, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+func TestByPreferencePutsTheRemovedNodeLast(t *testing.T) {
+	s := parseSite(t, testSite)
+	var got []string
+	for _, m := range byPreference(s, "m1") {
+		got = append(got, m.Name)
+	}
+	if strings.Join(got, ",") != "m2,m3,m1" {
+		t.Errorf("order %v", got)
+	}
+}
+
+func TestCertExpiryIsTheNodesFirst(t *testing.T) {
+	s := parseSite(t, testSite)
+	st := pki.Store{Dir: t.TempDir()}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range s.Nodes {
+		got, err := CertExpiry(s, st)(n)
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		if left := time.Until(got); left < 364*24*time.Hour || left > 366*24*time.Hour {
+			t.Errorf("%s: first expiry %s, want a year on", n.Name, got)
+		}
+	}
+	if _, err := CertExpiry(s, pki.Store{Dir: t.TempDir()})(s.Nodes[0]); err == nil || !strings.Contains(err.Error(), "kubelet-client.crt") {
+		t.Errorf("no PKI: %v, want the file named", err)
+	}
+}

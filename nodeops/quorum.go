@@ -1,0 +1,109 @@
+package nodeops
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/kiln-project/kiln/etcdmember"
+)
+
+// Refusal is a removal kiln will not do: why, and the way out.
+type Refusal struct {
+	Why    string
+	WayOut string
+}
+
+func (r *Refusal) Error() string { return "refusing: " + r.Why + ". " + r.WayOut }
+
+// DocsLostMaster is where the operator's page explains a master lost for
+// good, two-member clusters included.
+const DocsLostMaster = "docs/operations.md#a-master-lost-for-good"
+
+// health is which voting members answer a status call.
+type health struct {
+	voters   []etcdmember.Member
+	answers  map[uint64]bool
+	nAnswers int
+}
+
+// votersHealth asks every voting member for its status (5 s each).
+func votersHealth(ctx context.Context, e Etcd, list []etcdmember.Member) health {
+	h := health{answers: map[uint64]bool{}}
+	for _, m := range list {
+		if m.IsLearner {
+			continue
+		}
+		h.voters = append(h.voters, m)
+		if len(m.ClientURLs) > 0 && e.Healthy(ctx, m.ClientURLs[0]) == nil {
+			h.answers[m.ID] = true
+			h.nAnswers++
+		}
+	}
+	return h
+}
+
+// down names the voting members that do not answer, but skip.
+func (h health) down(skip uint64) []string {
+	var out []string
+	for _, m := range h.voters {
+		if !h.answers[m.ID] && m.ID != skip {
+			out = append(out, name(m))
+		}
+	}
+	return out
+}
+
+func name(m etcdmember.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return fmt.Sprintf("%x", m.ID)
+}
+
+// quorum is the number of voting members a cluster of n voters needs to
+// commit anything.
+func quorum(n int) int { return n/2 + 1 }
+
+// removalRefusal is nil when removing the voting member m from the
+// cluster whose member list is list keeps etcd working: m is not the
+// last voter, a quorum answers now (the removal must commit), and a
+// quorum of the voters that remain answers after it. A learner never
+// counts: removing it is always safe.
+func removalRefusal(ctx context.Context, e Etcd, list []etcdmember.Member, m etcdmember.Member) *Refusal {
+	if m.IsLearner {
+		return nil
+	}
+	h := votersHealth(ctx, e, list)
+	n := len(h.voters)
+	switch {
+	case n <= 1:
+		return &Refusal{
+			Why: fmt.Sprintf("%s is the cluster's last master (etcd member %s is its only voting member): removing it ends the cluster", name(m), describe(m)),
+			WayOut: "Add a master first (a master node in the site file, kiln gen, boot it; wait until kiln node list shows it as a voter), then remove this one. " +
+				"To retire the whole cluster, power its machines off instead.",
+		}
+	case h.nAnswers < quorum(n):
+		down := h.down(0)
+		return &Refusal{
+			Why: fmt.Sprintf("etcd has no quorum: %d of %d voting members answer (not answering: %s), and removing member %s needs %d to commit",
+				h.nAnswers, n, strings.Join(down, ", "), describe(m), quorum(n)),
+			WayOut: fmt.Sprintf("Bring %s back first. If a member is lost for good and the rest cannot reach quorum without it "+
+				"(one of two masters, two of three), kiln cannot remove it: see %s for etcd's disaster recovery", strings.Join(down, ", "), DocsLostMaster),
+		}
+	}
+	after := h.nAnswers
+	if h.answers[m.ID] {
+		after--
+	}
+	if after < quorum(n-1) {
+		down := h.down(m.ID)
+		return &Refusal{
+			Why: fmt.Sprintf("removing %s would leave etcd without quorum: %d voting members would remain, of which %d answer (not answering: %s; they need %d)",
+				name(m), n-1, after, strings.Join(down, ", "), quorum(n-1)),
+			WayOut: fmt.Sprintf("Bring %s back, or remove it first (kiln node remove %s), then remove %s.",
+				strings.Join(down, ", "), down[0], name(m)),
+		}
+	}
+	return nil
+}
