@@ -69,7 +69,9 @@ func TestImageCABundleVerifiesTheConfigServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &source.Fetcher{Client: &http.Client{Timeout: time.Second}, Timeout: 300 * time.Millisecond, Retry: 50 * time.Millisecond}
+		// Bounds with room for a loaded machine: a TLS handshake alone took
+		// over 300 ms beside a busy build.
+		f := &source.Fetcher{Client: &http.Client{Timeout: 10 * time.Second}, Timeout: 2 * time.Second, Retry: 50 * time.Millisecond}
 		f.TrustRoots(pool)
 		_, err = f.Fetch(context.Background(), srv.URL+"/n.ign")
 		return err

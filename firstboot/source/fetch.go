@@ -55,10 +55,14 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
 	defer cancel()
+	var last error // the last failure that says why, not that time ran out
 	for attempt := 1; ; attempt++ {
 		data, err := get(ctx, u)
 		if err == nil {
 			return data, nil
+		}
+		if last == nil || ctx.Err() == nil {
+			last = err
 		}
 		if errors.As(err, new(permanentError)) {
 			return nil, fmt.Errorf("fetching %s: %w", rawURL, err)
@@ -68,7 +72,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", rawURL, attempt, err)
+			return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", rawURL, attempt, last)
 		case <-time.After(f.Retry):
 		}
 	}
