@@ -59,7 +59,8 @@ func TestISOAppliesConfig(t *testing.T) {
 // Scenario 2: the raw disk under OVMF makes its state partition in the
 // disk's free space; after a power cut it boots with no config source,
 // re-applies the stored config, keeps /var/lib/kiln, loses /etc drift and
-// does not repeat one-time steps.
+// does not repeat one-time steps. The config carries kiln's Ignition
+// conformance suite: its checks pass on both boots.
 func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
@@ -68,7 +69,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	copyFile(t, filepath.Join(out, "node.raw"), disk)
 	qemuImg(t, "resize", "-q", "-f", "raw", disk, "3G")
 	v := startVM(t, vm.Config{CPUs: 1, Name: "raw", Dir: dir, Firmware: vm.UEFI, Boot: vm.BootDisk,
-		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: mustJSON(t, nodeConfig(""))})
+		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: conformanceConfig(t)})
 
 	first, err := v.BootID(t.Context(), bootTimeout)
 	if err != nil {
@@ -77,6 +78,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	waitLine(t, v, doneLine+"fw_cfg")
 	p1 := waitLine(t, v, probeLine)
 	expectFields(t, p1, map[string]string{"marker": "absent", "drift": "absent", "once": "1", "hello": "world", "state": "/dev/vda3"})
+	expectConformance(t, v)
 	waitLine(t, v, `probe-synced`) // the marker is on disk: now cut the power
 
 	v.Ignition = nil // no config source at all on the second boot
@@ -93,6 +95,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	waitLine(t, v, doneLine+"state")
 	p2 := waitLine(t, v, probeLine)
 	expectFields(t, p2, map[string]string{"marker": "present", "drift": "absent", "once": "1", "hello": "world", "user": "ops", "state": "/dev/vda3"})
+	expectConformance(t, v)
 	if _, ok := v.Find(regexp.MustCompile(`state partition created`)); ok {
 		t.Error("the second boot created the state partition again")
 	}

@@ -1,5 +1,13 @@
 package qemutests
 
+import (
+	"strings"
+	"testing"
+
+	"github.com/kiln-project/kiln/firstboot/ignite/conformance"
+	"github.com/kiln-project/kiln/qemu-tests/vm"
+)
+
 // The test configs. The probe unit runs after the agent and prints, on the
 // serial console, what a test needs to know about the node; the once unit
 // may run only on the boot that created the state partition.
@@ -60,4 +68,41 @@ func invalidConfig() map[string]any {
 	files := cfg["storage"].(map[string]any)["files"].([]any)
 	cfg["storage"].(map[string]any)["files"] = append(files, map[string]any{"path": "etc/relative", "contents": map[string]any{"source": "data:,x"}})
 	return cfg
+}
+
+const conformanceUnit = "[Unit]\nDescription=kiln test: Ignition conformance checks\n" +
+	"After=kiln-firstboot.service cf-marker.service\n\n" +
+	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '/bin/sh /etc/kiln-test/conformance.sh > /dev/ttyS0 2>&1'\n\n" +
+	"[Install]\nWantedBy=multi-user.target\n"
+
+// conformanceConfig is nodeConfig("") with every Ignition conformance
+// case (firstboot/ignite/conformance) merged in, and a unit that runs
+// their rendered checks after them and prints the result on the console.
+func conformanceConfig(t *testing.T) []byte {
+	t.Helper()
+	base := nodeConfig("")
+	delete(base, "ignition")
+	cases := conformance.Cases()
+	raw, err := conformance.Config("3.4.0", append(cases, conformance.Case{Name: "the probe config", Config: string(mustJSON(t, base))}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withScriptUnit(t, raw, "kiln-test-conformance.service", conformanceUnit, "/etc/kiln-test/conformance.sh", conformance.Script(cases))
+}
+
+// expectConformance waits for the conformance checks of this boot and
+// fails the test with each check that failed.
+func expectConformance(t *testing.T, v *vm.VM) {
+	t.Helper()
+	done := waitLine(t, v, conformance.DoneLine)
+	if strings.HasSuffix(done, " failed=0") {
+		t.Logf("Ignition conformance on boot %d: %s", v.Boot(), done)
+		return
+	}
+	for _, l := range v.Lines() {
+		if strings.Contains(l, "kiln-conformance: FAIL") {
+			t.Error(l)
+		}
+	}
+	t.Errorf("Ignition conformance on boot %d: %s", v.Boot(), done)
 }

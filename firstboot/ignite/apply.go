@@ -169,12 +169,7 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 	for _, l := range p.Links {
 		full := a.path(l.Path)
 		if l.Hard {
-			tmp := full + ".kiln-link"
-			os.Remove(tmp)
-			if err := os.Link(a.path(l.Target), tmp); err != nil {
-				return fmt.Errorf("%s: %w", l.Path, err)
-			}
-			if err := os.Rename(tmp, full); err != nil {
+			if err := a.hardLink(l); err != nil {
 				return fmt.Errorf("%s: %w", l.Path, err)
 			}
 			continue
@@ -187,6 +182,26 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 		}
 	}
 	return nil
+}
+
+// hardLink makes l's missing parent directories (0755, as Ignition does),
+// links through a temporary name and renames it into place, synced.
+func (a *Applier) hardLink(l Link) error {
+	full := a.path(l.Path)
+	dir := filepath.Dir(full)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp := full + ".kiln-link"
+	os.Remove(tmp)
+	if err := os.Link(a.path(l.Target), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, full); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return atomicfile.SyncDir(dir)
 }
 
 func (a *Applier) hostname(ctx context.Context, p *Plan) error {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,15 +26,47 @@ type fakeHost struct {
 	root     string
 }
 
+// Run records the command and emulates useradd's and groupadd's effect on
+// /etc/passwd and /etc/group: the ids, home and primary group they are given.
 func (h *fakeHost) Run(_ context.Context, name string, args ...string) ([]byte, error) {
 	h.cmds = append(h.cmds, name+" "+strings.Join(args, " "))
-	if name == "useradd" { // emulate the shadow tool's effect
-		user := args[len(args)-1]
-		f, _ := os.OpenFile(filepath.Join(h.root, "etc/passwd"), os.O_APPEND|os.O_WRONLY, 0)
-		defer f.Close()
-		fmt.Fprintf(f, "%s:x:%d:%d::/home/%s:/bin/sh\n", user, os.Getuid(), os.Getgid(), user)
+	flags := map[string]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if strings.HasPrefix(args[i], "-") && !strings.HasPrefix(args[i+1], "-") {
+			flags[args[i]] = args[i+1]
+		}
+	}
+	entity := args[len(args)-1]
+	switch name {
+	case "useradd":
+		uid, gid := flags["-u"], strconv.Itoa(os.Getgid())
+		if uid == "" {
+			uid = strconv.Itoa(os.Getuid())
+		}
+		if g, ok := flags["-g"]; ok {
+			if entry, found := (&Applier{Root: h.root}).lookup("/etc/group", g); found {
+				gid = entry[2]
+			}
+		}
+		home := flags["-d"]
+		if home == "" {
+			home = "/home/" + entity
+		}
+		return nil, appendLine(filepath.Join(h.root, "etc/passwd"), fmt.Sprintf("%s:x:%s:%s:%s:%s:/bin/sh", entity, uid, gid, flags["-c"], home))
+	case "groupadd":
+		return nil, appendLine(filepath.Join(h.root, "etc/group"), fmt.Sprintf("%s:x:%s:", entity, flags["-g"]))
 	}
 	return nil, nil
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintln(f, line)
+	return err
 }
 
 func (h *fakeHost) SetHostname(n string) error { h.hostname = n; return nil }
@@ -68,11 +101,16 @@ func gzipB64(s string) string {
 
 func newRoot(t *testing.T) string {
 	root := t.TempDir()
+	seedImage(root)
+	return root
+}
+
+// seedImage writes the image's part of a scratch root.
+func seedImage(root string) {
 	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/image-file"), []byte("from the image"), 0o644)
-	return root
 }
 
 const fullConfig = `{
