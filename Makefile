@@ -45,7 +45,7 @@ unit: deps
 # Host integration tests that need the component binaries make image built:
 # the add-ons applied to a real etcd + kube-apiserver started on the host.
 integration: image
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run TestAddOnsApplyToARealAPIServer ./firstboot/role/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
 
 # The genesis scenarios run first, alone; then the one-vCPU boot
 # scenarios two at a time. The three-VM cluster scenario (45-55 min under

@@ -29,6 +29,7 @@ const (
 // apiserver answers, in the order they are applied:
 //   - the binding of the operator's cluster-admins group to cluster-admin,
 //     first, so admin.kubeconfig works once the genesis node is done;
+//   - the binding that lets kubelets renew their client certificates;
 //   - kiln-net, the CNI: a DaemonSet of the kiln image that writes each
 //     node's bridge + host-local conflist from the pod CIDR the
 //     controller-manager gave the Node (the reference plugins baked into
@@ -43,7 +44,7 @@ const (
 // and resolve the apiserver's discovery name through the node-local
 // CoreDNS; ordinary pods never get that resolver.
 func AddOns(p Params) []runtime.Object {
-	objs := []runtime.Object{clusterAdmins()}
+	objs := []runtime.Object{clusterAdmins(), nodeClientRotation()}
 	objs = append(objs, kilnNet(p)...)
 	objs = append(objs, kubeProxy(p)...)
 	objs = append(objs, clusterDNS(p)...)
@@ -90,14 +91,31 @@ func clusterRoleBinding(name, role, sa string) *rbacv1.ClusterRoleBinding {
 	}
 }
 
+func groupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: clusterMeta(name),
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: "rbac.authorization.k8s.io", Name: group}},
+	}
+}
+
 // clusterAdmins binds the group of the operator's admin credential to
 // cluster-admin, as kubeadm binds kubeadm:cluster-admins.
 func clusterAdmins() *rbacv1.ClusterRoleBinding {
-	return &rbacv1.ClusterRoleBinding{
-		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: clusterMeta(nodefile.ClusterAdminsGroup),
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: "rbac.authorization.k8s.io", Name: nodefile.ClusterAdminsGroup}},
-	}
+	return groupBinding(nodefile.ClusterAdminsGroup, "cluster-admin", nodefile.ClusterAdminsGroup)
+}
+
+// NodeClientRotationRole is the built-in role whose holders'
+// certificate requests for their own node client certificate the
+// controller-manager's csrapproving controller approves by itself.
+const NodeClientRotationRole = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+
+// nodeClientRotation lets every kubelet renew its client certificate
+// (rotateCertificates in its config) before it expires: the request is
+// approved automatically and signed with the cluster CA by the
+// controller-manager, as kubeadm's node-autoapprove-certificate-rotation.
+func nodeClientRotation() *rbacv1.ClusterRoleBinding {
+	return groupBinding("kiln:node-client-cert-rotation", NodeClientRotationRole, "system:nodes")
 }
 
 func clusterRole(name string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
 	"github.com/kiln-project/kiln/site"
 	"github.com/spf13/cobra"
@@ -24,9 +25,10 @@ every certificate). After renewing, run kiln gen again and re-feed the nodes.`,
 }
 
 func newPKICheckCmd() *cobra.Command {
-	var dir, sitePath, warn string
+	var dir, sitePath, warn, root string
+	var node bool
 	cmd := &cobra.Command{
-		Use:   "check [--pki DIR] [--site SITE] [--warn 30d]",
+		Use:   "check [--pki DIR] [--site SITE] [--warn 30d] | --node [--root /]",
 		Short: "List every certificate with its expiry; fail on anything wrong in the PKI",
 		Long: `List every certificate of the PKI directory with its subject, issuer and
 expiry, then report every problem at once, one line each naming the file, and
@@ -36,9 +38,16 @@ sa.pub, a certificate signed by a CA that is not the PKI's, one that has
 expired or expires within --warn, a file where a directory is expected or the
 other way round. With --site, also every certificate the site expects that is
 missing or no longer what the site asks for (subject, SANs, usages, lifetime,
-CA): the same rules by which kiln gen reuses a certificate or re-issues it.`,
-		Example: `  kiln pki check --pki pki/ --site site.yaml`,
-		Args:    cobra.NoArgs,
+CA): the same rules by which kiln gen reuses a certificate or re-issues it.
+
+With --node, on a node: list the certificates that node holds (` + nodefile.PKIDir + `,
+the client certificates of ` + nodefile.KubeconfigDir + `/*.conf, and the
+kubelet's renewed client certificate,
+` + kubeletCertDir + `/kubelet-client-current.pem) with their expiry, and exit 1
+when one has expired or expires within --warn.`,
+		Example: `  kiln pki check --pki pki/ --site site.yaml
+  kiln pki check --node              # on a node, as root`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var within time.Duration
 			if warn != "" {
@@ -46,6 +55,12 @@ CA): the same rules by which kiln gen reuses a certificate or re-issues it.`,
 				if within, err = site.ParseDuration(warn); err != nil {
 					return usageError{fmt.Errorf("--warn %q: %w", warn, err)}
 				}
+			}
+			if node {
+				if cmd.Flags().Changed("pki") || sitePath != "" {
+					return usageError{errors.New("--node reads the node's own certificates: it takes no --pki or --site")}
+				}
+				return checkNode(cmd.OutOrStdout(), root, within)
 			}
 			var s *site.Site
 			if sitePath != "" {
@@ -71,7 +86,29 @@ CA): the same rules by which kiln gen reuses a certificate or re-issues it.`,
 	cmd.Flags().StringVar(&dir, "pki", "pki", "the PKI directory")
 	cmd.Flags().StringVarP(&sitePath, "site", "f", "", "the site file to check the certificates against")
 	cmd.Flags().StringVar(&warn, "warn", "", "report certificates expiring within this time (default: each one's renew window, its last 30 days or last third)")
+	cmd.Flags().BoolVar(&node, "node", false, "check the certificates of the node kiln runs on, not a PKI directory")
+	cmd.Flags().StringVar(&root, "root", "/", "with --node: the node's root directory")
 	return cmd
+}
+
+// kubeletCertDir is where the kubelet keeps the client certificates it
+// renewed (its --cert-dir default).
+const kubeletCertDir = "/var/lib/kubelet/pki"
+
+// checkNode is kiln pki check --node.
+func checkNode(w io.Writer, root string, warn time.Duration) error {
+	infos, problems := pki.CheckNode(root, pki.NodePaths{
+		PEM:         []string{nodefile.PKIDir, kubeletCertDir + "/kubelet-client-current.pem"},
+		Kubeconfigs: []string{nodefile.KubeconfigDir + "/*.conf"},
+	}, warn, time.Now())
+	if len(infos) == 0 && len(problems) == 0 {
+		return fmt.Errorf("no certificate under %s: not a kiln node, or its config was not applied", root)
+	}
+	printInfos(w, infos, warn)
+	if err := problems.Err(); err != nil {
+		return fmt.Errorf("certificates of this node: %w", err)
+	}
+	return nil
 }
 
 // printInfos is the table of certificates, each marked when it has

@@ -22,13 +22,23 @@ import (
 	"github.com/kiln-project/kiln/nodefile"
 )
 
-// Against a real etcd and kube-apiserver (the binaries the default image
-// bakes, from the component cache) started on the host with the genesis
-// node's own certificates and the apiserver's static-pod flags: every
-// add-on object applies by server-side apply, twice (the second is a
-// no-op), and the node label patch is accepted. Runs with
-// KILN_INTEGRATION=1 after make image filled the cache.
-func TestAddOnsApplyToARealAPIServer(t *testing.T) {
+// realControlPlane is the genesis node g1's etcd and kube-apiserver (the
+// binaries the default image bakes, from the component cache) started on
+// the host with the node's own certificates and the apiserver's
+// static-pod flags, on free ports. Runs with KILN_INTEGRATION=1 after
+// make image filled the cache.
+type realControlPlane struct {
+	root    string
+	node    *Node
+	bins    map[string]string
+	apiPort int
+	// serverName is the name the apiserver's certificate is checked for.
+	serverName string
+	cluster    *cluster
+}
+
+func startRealControlPlane(t *testing.T) *realControlPlane {
+	t.Helper()
 	if os.Getenv("KILN_INTEGRATION") != "1" {
 		t.Skip("set KILN_INTEGRATION=1 (make integration) to run etcd and kube-apiserver on the host")
 	}
@@ -50,30 +60,13 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	// The apiserver as its static pod runs it, on the test's ports and paths.
 	params := n.params(etcdmember.Genesis("g1", n.file.Address))
 	writeAPIServerConfig(t, root, params)
-	cmd := manifests.APIServer(params).Spec.Containers[0].Command
-	var args []string
-	for _, a := range cmd[1:] {
-		a = strings.ReplaceAll(a, nodefile.Dir+"/", filepath.Join(root, nodefile.Dir)+"/")
-		a = strings.ReplaceAll(a, manifests.AuditLogDir, filepath.Join(root, manifests.AuditLogDir))
-		switch {
-		case strings.HasPrefix(a, "--etcd-servers="):
-			a = fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", etcdPort)
-		case strings.HasPrefix(a, "--secure-port="):
-			a = fmt.Sprintf("--secure-port=%d", apiPort)
-		}
-		args = append(args, a)
-	}
+	args := hostArgs(root, manifests.APIServer(params).Spec.Containers[0].Command[1:], map[string]string{
+		"--etcd-servers": fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
+		"--secure-port":  fmt.Sprint(apiPort),
+	})
 	start(t, "kube-apiserver", bins["kube-apiserver"], append(args, "--bind-address=127.0.0.1")...)
 
-	kc, err := clientcmd.LoadFromFile(filepath.Join(root, nodefile.AgentKubeconfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range kc.Clusters {
-		c.TLSServerName, _, _ = net.SplitHostPort(strings.TrimPrefix(c.Server, "https://"))
-		c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	}
-	rc, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	rc, err := clientcmd.BuildConfigFromFlags("", localKubeconfig(t, root, nodefile.AgentKubeconfig, apiPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +74,68 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	ready := func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, c.kube) }
-	if err := clustercheck.Wait(ctx, "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
+	if err := clustercheck.Wait(context.Background(), "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
 		t.Fatal(err)
 	}
+	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c}
+}
+
+// hostArgs turns a static pod's flags into the host's: node paths under
+// root, and the flags in set replaced.
+func hostArgs(root string, flags []string, set map[string]string) []string {
+	var args []string
+	for _, a := range flags {
+		a = strings.ReplaceAll(a, nodefile.Dir+"/", filepath.Join(root, nodefile.Dir)+"/")
+		a = strings.ReplaceAll(a, manifests.AuditLogDir, filepath.Join(root, manifests.AuditLogDir))
+		if name, _, ok := strings.Cut(a, "="); ok {
+			if v, replaced := set[name]; replaced {
+				a = name + "=" + v
+			}
+		}
+		args = append(args, a)
+	}
+	return args
+}
+
+// localKubeconfig rewrites one of the node's kubeconfigs to reach the
+// host's apiserver (the discovery name becomes the TLS server name) and
+// returns the rewritten file.
+func localKubeconfig(t *testing.T, root, path string, apiPort int) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(filepath.Join(root, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.TLSServerName, _, _ = net.SplitHostPort(strings.TrimPrefix(c.Server, "https://"))
+		c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+		underRoot(root, &c.CertificateAuthority)
+	}
+	for _, a := range kc.AuthInfos {
+		underRoot(root, &a.ClientCertificate)
+		underRoot(root, &a.ClientKey)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := clientcmd.WriteToFile(*kc, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// underRoot moves a node path of a kubeconfig under root.
+func underRoot(root string, path *string) {
+	if *path != "" && !strings.HasPrefix(*path, root) {
+		*path = filepath.Join(root, *path)
+	}
+}
+
+// Against a real etcd and kube-apiserver: every add-on object applies by
+// server-side apply, twice (the second is a no-op), and the node label
+// patch is accepted.
+func TestAddOnsApplyToARealAPIServer(t *testing.T) {
+	cp := startRealControlPlane(t)
+	n, c, ctx := cp.node, cp.cluster, context.Background()
 	for i := 0; i < 2; i++ {
 		if err := c.applyAddOns(ctx, n.params(etcdmember.Membership{})); err != nil {
 			t.Fatalf("apply %d: %v", i+1, err)
@@ -121,7 +171,7 @@ func componentBinaries(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]string{"etcd": etcd["etcd"], "kube-apiserver": kube["kube-apiserver"]}
+	return map[string]string{"etcd": etcd["etcd"], "kube-apiserver": kube["kube-apiserver"], "kube-controller-manager": kube["kube-controller-manager"]}
 }
 
 func start(t *testing.T, name, bin string, args ...string) {
