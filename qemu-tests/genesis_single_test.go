@@ -2,12 +2,16 @@ package qemutests
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -31,8 +35,18 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgs := configs(t, cluster.GenesisSite(false))
-	cfgs["g1"] = withCPUReport(t, withDockerProbe(t, cfgs["g1"], image))
+	pkiDir := filepath.Join(t.TempDir(), "pki")
+	cfgs, err := cluster.Configs(cluster.GenesisSite(false), pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet starts with a client certificate past its renew
+	// deadline: it must renew it through the cluster (issue 13 §5).
+	g1, shortCertEnd, err := cluster.WithShortLivedKubeletCert(cfgs["g1"], pkiDir, "g1", 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs["g1"] = withCPUReport(t, withDockerProbe(t, g1, image))
 	disk := filepath.Join(dir, "state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
 	port, err := cluster.FreePort()
@@ -67,6 +81,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	})
 	checkOneNode(t, kube, image, time.Time{})
 	checkHardening(t, kube, cfgs["g1"], port, etcdPort)
+	checkClientCertRenewed(t, kube, "g1", shortCertEnd)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survives-power-cut"}, Data: map[string]string{"written": time.Now().UTC().Format(time.RFC3339Nano)}}
 	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -104,4 +119,45 @@ func checkOneNode(t *testing.T, kube kubernetes.Interface, image string, since t
 	if _, logs := runCheckPod(t, kube, pod); !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
 		t.Fatalf("cluster DNS: %q", logs)
 	}
+}
+
+// checkClientCertRenewed: node's kubelet asked for a new client
+// certificate with its own, the controller-manager approved the request
+// by itself and issued a certificate that outlives the old one.
+func checkClientCertRenewed(t *testing.T, kube kubernetes.Interface, node string, oldEnd time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "node "+node+"'s kubelet client certificate renewed", 10*time.Minute, func() error {
+		csrs, err := kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, c := range csrs.Items {
+			if c.Spec.Username != "system:node:"+node || c.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+				continue
+			}
+			approved := slices.ContainsFunc(c.Status.Conditions, func(cond certificatesv1.CertificateSigningRequestCondition) bool {
+				return cond.Type == certificatesv1.CertificateApproved && cond.Reason == "AutoApproved"
+			})
+			seen = append(seen, fmt.Sprintf("%s approved=%t issued=%t", c.Name, approved, len(c.Status.Certificate) > 0))
+			if !approved || len(c.Status.Certificate) == 0 {
+				continue
+			}
+			b, _ := pem.Decode(c.Status.Certificate)
+			if b == nil {
+				return fmt.Errorf("CSR %s: the issued certificate is not PEM", c.Name)
+			}
+			cert, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return fmt.Errorf("CSR %s: %w", c.Name, err)
+			}
+			if cert.Subject.CommonName != "system:node:"+node || !cert.NotAfter.After(oldEnd.Add(time.Hour)) {
+				return fmt.Errorf("CSR %s issued %s until %s, want system:node:%s past %s", c.Name, cert.Subject, cert.NotAfter, node, oldEnd)
+			}
+			t.Logf("kubelet client certificate renewed through CSR %s: now valid until %s (was %s)", c.Name, cert.NotAfter.Format(time.RFC3339), oldEnd.Format(time.RFC3339))
+			return nil
+		}
+		return fmt.Errorf("no approved and issued CSR of system:node:%s yet (%v)", node, seen)
+	})
 }
