@@ -30,6 +30,18 @@ const (
 	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
 )
 
+// A node's departure: kiln node remove marks the Node with
+// RemovedAnnotation once its etcd member (if any) is gone; the node's
+// kiln-leave service then records RemovedStamp on the state partition,
+// stops the kubelet and every pod, and answers with LeftAnnotation. A
+// node with the stamp stays out on every later boot, until it is
+// re-imaged with a blank state disk.
+const (
+	RemovedAnnotation = "kiln.dev/removed"
+	LeftAnnotation    = "kiln.dev/left"
+	RemovedStamp      = "/var/lib/kiln/removed"
+)
+
 // ClusterAdminsGroup is the group of the operator's admin credential,
 // bound to the cluster-admin role by an add-on (as kubeadm binds
 // kubeadm:cluster-admins): RBAC can take it away, unlike system:masters.

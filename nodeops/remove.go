@@ -33,6 +33,9 @@ type Options struct {
 	// EvictUnmanaged evicts pods no controller manages, which nothing
 	// re-creates (kubectl drain --force).
 	EvictUnmanaged bool
+	// LeaveTimeout bounds the wait for a Ready node to say it stopped
+	// (DefaultLeaveTimeout if 0).
+	LeaveTimeout time.Duration
 }
 
 // Remover takes nodes out of a site's cluster.
@@ -45,6 +48,9 @@ type Remover struct {
 	EtcdErr error
 	Log     Logf
 	Options
+	// Now and PollInterval are for tests (time.Now, 2 s if unset).
+	Now          func() time.Time
+	PollInterval time.Duration
 }
 
 // step is one named, idempotent step of a removal: each one finds out
@@ -60,6 +66,8 @@ func (r *Remover) steps() []step {
 		{"cordon", r.cordon},
 		{"drain", r.drain},
 		{"etcd-member", r.removeMember},
+		{"mark-removed", r.markRemoved},
+		{"wait-left", r.waitLeft},
 		{"delete-node", r.deleteNode},
 	}
 }
@@ -80,8 +88,7 @@ func (r *Remover) Remove(ctx context.Context, name string) error {
 			return fmt.Errorf("remove %s: %s: %w", name, s.name, err)
 		}
 	}
-	r.Log("%s is out of the cluster. Power the machine off or re-image it now: a removed node that still runs is not stopped by kiln yet, "+
-		"and its kubelet would register the Node again (docs/operations.md#removing-a-node)", name)
+	r.Log("%s is out of the cluster; re-image it with a blank state disk to bring it back (docs/operations.md#removing-a-node)", name)
 	return nil
 }
 

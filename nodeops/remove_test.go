@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/golden"
 )
 
@@ -35,6 +36,8 @@ func TestRemove(t *testing.T) {
 		remove  string
 		wantErr string // "" : no error
 
+		nodeAnswers bool // the node's kiln-leave runs beside the removal
+
 		wantRefusal bool
 		wantNode    bool     // the Node is still there
 		wantMembers []string // etcd's members after
@@ -45,6 +48,9 @@ func TestRemove(t *testing.T) {
 				pod("default", "web-1", "w1", "ReplicaSet"), pod("default", "batch-done", "w1", "", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
 				pod("kube-system", "kiln-net-w1", "w1", "DaemonSet"), pod("default", "web-2", "m1", "ReplicaSet")},
 			wantPods: []string{"default/web-2", "kube-system/kiln-net-w1"}},
+		{name: "running worker stops itself", remove: "w1", nodeAnswers: true,
+			objs:     []runtime.Object{kubeNode("w1", "worker", "10.0.0.21", ready), pod("default", "web-1", "w1", "ReplicaSet")},
+			wantPods: nil},
 		{name: "worker without etcd reachable", remove: "w1",
 			objs:     []runtime.Object{kubeNode("w1", "worker", "10.0.0.21", ready)},
 			wantPods: nil},
@@ -115,8 +121,21 @@ func TestRemove(t *testing.T) {
 			}
 			cs := clientset(tc.evict, tc.objs...)
 			var out bytes.Buffer
-			r := &Remover{Site: parseSite(t, yaml), Kube: cs, Options: tc.opts,
+			if tc.opts.LeaveTimeout == 0 {
+				tc.opts.LeaveTimeout = 50 * time.Millisecond
+			}
+			r := &Remover{Site: parseSite(t, yaml), Kube: cs, Options: tc.opts, PollInterval: 5 * time.Millisecond,
+				Now: func() time.Time { return time.Now() }, // the wait's bound is real; the marks' times are made stable below
 				Log: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }}
+			var stopped []string
+			if tc.nodeAnswers {
+				w := &leave.Watcher{Kube: cs, Node: tc.remove, Root: t.TempDir(), Interval: 5 * time.Millisecond,
+					Sys:     runFunc(func(name string, args ...string) { stopped = append(stopped, name+" "+strings.Join(args, " ")) }),
+					Console: func(string, ...any) {}}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				go w.Run(ctx)
+			}
 			if tc.etcd != nil {
 				r.Etcd = tc.etcd
 			} else {
@@ -154,6 +173,9 @@ func TestRemove(t *testing.T) {
 			if tc.etcd != nil && !slices.Equal(tc.etcd.names(), tc.wantMembers) {
 				t.Errorf("etcd members %v, want %v", tc.etcd.names(), tc.wantMembers)
 			}
+			if tc.nodeAnswers && !slices.Equal(stopped, []string{"systemctl stop kubelet.service kubepods.slice"}) {
+				t.Errorf("the node ran %v, want its kubelet and pods stopped", stopped)
+			}
 			if got := podNames(t, cs); !slices.Equal(got, tc.wantPods) {
 				t.Errorf("pods left %v, want %v", got, tc.wantPods)
 			}
@@ -161,9 +183,18 @@ func TestRemove(t *testing.T) {
 	}
 }
 
-// stable takes the measured durations out of a removal's output.
+// stable takes the measured durations and the marks' times out of a
+// removal's output.
 func stable(out []byte) []byte {
-	return regexp.MustCompile(`: after [0-9.]+[mµn]?s\n`).ReplaceAll(out, []byte(": after (time)\n"))
+	out = regexp.MustCompile(`: after [0-9.]+[mµn]?s\n`).ReplaceAll(out, []byte(": after (time)\n"))
+	return regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAll(out, []byte("(time)"))
+}
+
+type runFunc func(name string, args ...string)
+
+func (f runFunc) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	f(name, args...)
+	return nil, nil
 }
 
 // A second run of an interrupted removal finishes it: the first is cut
@@ -172,7 +203,7 @@ func TestRemoveResumesAnInterruptedRun(t *testing.T) {
 	cs := clientset(evictPDB, kubeNode("m2", "master", "10.0.0.12", corev1.ConditionTrue), pod("default", "web", "m2", "ReplicaSet"))
 	e := &fakeEtcd{members: []etcdmember.Member{m1, m2, m3}}
 	var out bytes.Buffer
-	r := &Remover{Site: parseSite(t, testSite), Kube: cs, Etcd: e, Log: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }}
+	r := &Remover{Site: parseSite(t, testSite), Kube: cs, Etcd: e, Options: Options{LeaveTimeout: 50 * time.Millisecond}, PollInterval: 5 * time.Millisecond, Log: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := r.Remove(ctx, "m2"); err == nil || !strings.Contains(err.Error(), "drain") {

@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-project/kiln/anchor"
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/firstboot"
+	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/netcheck"
@@ -269,4 +270,32 @@ func inClusterVia(server string) (kubernetes.Interface, error) {
 	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 	return kubernetes.NewForConfig(&rest.Config{Host: server, BearerTokenFile: sa + "/token",
 		TLSClientConfig: rest.TLSClientConfig{CAFile: sa + "/ca.crt"}, Timeout: 30 * time.Second})
+}
+
+func newLeaveWatchCmd() *cobra.Command {
+	var root string
+	cmd := &cobra.Command{
+		Use:   "leave-watch",
+		Short: "Stop this node for good once kiln node remove marks its Node (run by kiln-leave.service)",
+		Long: `Read this node's Node object every 10 s with the kubelet's credential. When
+kiln node remove has marked it (annotation ` + nodefile.RemovedAnnotation + `), record the removal on the
+state partition (` + nodefile.RemovedStamp + `), stop the kubelet and every pod (kubepods.slice),
+say so on the console and answer on the Node (annotation ` + nodefile.LeftAnnotation + `). A node
+with the record stays out on every later boot: kiln-role refuses to start, the
+kubelet does not start. Re-image the machine with a blank state disk to bring
+it back.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			console := func(format string, args ...any) { fmt.Fprintf(cmd.OutOrStdout(), "kiln-leave: "+format+"\n", args...) }
+			w, err := leave.NewWatcher(root, firstboot.HostSystem{}, console)
+			if err != nil {
+				return err
+			}
+			return w.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
+	return cmd
 }

@@ -186,6 +186,7 @@ through the API. See docs/operations.md.`,
 	}
 	f.add(cmd)
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", nodeops.DefaultTimeout, "bound on the drain: past it a node that is not Ready is removed without it")
+	cmd.Flags().DurationVar(&o.LeaveTimeout, "leave-timeout", nodeops.DefaultLeaveTimeout, "bound on the wait for a running node to say it stopped its kubelet and pods")
 	cmd.Flags().BoolVar(&o.DeleteEmptyDirData, "delete-emptydir-data", false, "also evict pods with emptyDir volumes; their data is lost (kubectl drain's flag)")
 	cmd.Flags().BoolVar(&o.EvictUnmanaged, "evict-unmanaged", false, "also evict pods no controller manages; nothing re-creates them (kubectl drain --force)")
 	return cmd

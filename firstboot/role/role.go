@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
@@ -63,8 +64,13 @@ type Result struct {
 	How string
 }
 
-// Run does the node's role.
+// Run does the node's role. A node kiln node remove took out of the
+// cluster does nothing: it stays out until it is re-imaged.
 func (n *Node) Run(ctx context.Context) (Result, error) {
+	if why, removed := leave.Removed(n.Root); removed {
+		return Result{}, fmt.Errorf("this machine was %s; it stays out (no kubelet, no pods) until it is re-imaged with a blank state disk (%s)",
+			strings.TrimSpace(why), nodefile.RemovedStamp)
+	}
 	loaded, err := loadFiles(n)
 	if err != nil {
 		return Result{}, err

@@ -223,6 +223,31 @@ func TestWorkerWritesItsFilesAndStartsTheKubelet(t *testing.T) {
 	}
 }
 
+// A node kiln node remove took out stays out on every later boot: the
+// role writes nothing and starts nothing.
+func TestRemovedNodeStaysOut(t *testing.T) {
+	root, _ := nodeRoot(t, "w1")
+	stamp := filepath.Join(root, nodefile.RemovedStamp)
+	if err := os.MkdirAll(filepath.Dir(stamp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stamp, []byte("removed from the cluster by kiln node remove at 2026-11-25T03:00:00Z\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sys := &recorder{}
+	n := &Node{Root: root, Sys: sys, Wait: time.Second, Log: func(string, ...any) {}}
+	_, err := n.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "removed from the cluster by kiln node remove at 2026-11-25T03:00:00Z; it stays out") {
+		t.Fatalf("removed node: %v", err)
+	}
+	if len(sys.calls) != 0 {
+		t.Errorf("a removed node ran %v", sys.calls)
+	}
+	if _, err := os.Stat(filepath.Join(root, "/etc/kiln/kubelet.yaml")); err == nil {
+		t.Error("a removed node wrote its kubelet config")
+	}
+}
+
 // scripted answers systemctl is-active with the states in turn, as
 // systemctl does: the state on stdout, exit 0 only for active.
 type scripted struct{ states []string }
