@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,9 +21,11 @@ import (
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/nodeops"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
+	"github.com/kiln-project/kiln/site"
 )
 
 // The cluster scenario's bounds under TCG on 2 cores.
@@ -105,6 +108,46 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 
 	for cut := 1; cut <= powerCuts(t); cut++ {
 		wholeClusterPowerCut(t, seg, kube, tl, nodes, cfgs["m1"], image, cut)
+	}
+	removeRunningWorker(t, kube, nodes[2])
+}
+
+// removeRunningWorker runs kiln node remove w1 while w1 runs (nodeops,
+// the code behind the command, with the admin client): drained, marked,
+// w1 answers that it stopped its kubelet and pods, the Node is deleted,
+// w1's console says it left, and its kubelet does not register the Node
+// again.
+func removeRunningWorker(t *testing.T, kube kubernetes.Interface, w *clusterVM) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := site.Parse("cluster-site.yaml", []byte(cluster.ClusterSite()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	r := &nodeops.Remover{Site: s, Kube: kube, EtcdErr: errors.New("not needed: a worker has no etcd member"),
+		Options: nodeops.Options{Timeout: 5 * time.Minute, LeaveTimeout: 3 * time.Minute, DeleteEmptyDirData: true, EvictUnmanaged: true},
+		Log: func(format string, args ...any) {
+			line := fmt.Sprintf(format, args...)
+			out.WriteString(line + "\n")
+			t.Logf("kiln node remove: %s", line)
+		}}
+	start := time.Now()
+	if err := r.Remove(ctx, w.Name); err != nil {
+		t.Fatalf("kiln node remove %s: %v", w.Name, err)
+	}
+	t.Logf("kiln node remove %s took %s", w.Name, time.Since(start).Round(time.Second))
+	if !strings.Contains(out.String(), w.Name+" stopped its kubelet and pods") {
+		t.Errorf("the removal did not hear from %s that it stopped", w.Name)
+	}
+	waitLine(t, w.VM, `kiln-leave: left the cluster`)
+	// A kubelet still running registers its Node again within seconds.
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err == nil {
+			t.Fatalf("Node %s is back after its removal: its kubelet still runs", w.Name)
+		}
+		time.Sleep(5 * time.Second)
 	}
 }
 
