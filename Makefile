@@ -43,7 +43,8 @@ unit: deps
 	$(GO) test -count=1 -timeout 20m ./...
 
 # Host integration tests that need the component binaries make image built:
-# the add-ons applied to a real etcd + kube-apiserver started on the host.
+# the add-ons applied to a real etcd + kube-apiserver started on the host,
+# and a kubelet client certificate renewed through a real controller-manager.
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
 
