@@ -2,15 +2,11 @@ package role
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,6 +20,7 @@ import (
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/internal/certtest"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -45,7 +42,13 @@ func TestKubeletClientCertRotatesOnARealControlPlane(t *testing.T) {
 	}
 	startControllerManager(t, cp)
 
-	certPEM, keyPEM, short := shortLivedNodeCert(t, cp.root, "g1", 5*time.Minute)
+	// Valid from an hour ago for 5 more minutes: past the kubelet's renew
+	// deadline (70-90 % of its life), as after months of uptime.
+	now := time.Now()
+	certPEM, keyPEM, short, err := certtest.NodeClientCert(filepath.Join(cp.root, nodefile.PKIDir), "g1", now.Add(-time.Hour), now.Add(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
 	caPEM, err := os.ReadFile(filepath.Join(cp.root, nodefile.PKIDir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -126,45 +129,6 @@ func startControllerManager(t *testing.T, cp *realControlPlane) {
 		"--controllers": "csrapproving,csrsigning", "--leader-elect": "false",
 	})
 	start(t, "kube-controller-manager", cp.bins["kube-controller-manager"], append(args, fmt.Sprintf("--secure-port=%d", freePort(t)))...)
-}
-
-// shortLivedNodeCert issues node's kubelet client certificate from the
-// node's cluster CA, valid from an hour ago for life more: a certificate
-// past its rotation deadline, as a kubelet's is after months of uptime.
-func shortLivedNodeCert(t *testing.T, root, node string, life time.Duration) (certPEM, keyPEM []byte, cert *x509.Certificate) {
-	t.Helper()
-	pkiDir := filepath.Join(root, nodefile.PKIDir)
-	ca, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "ca.crt"), filepath.Join(pkiDir, "ca.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()),
-		Subject:      pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
-		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(life),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), cert
 }
 
 func pemPair(c *tls.Certificate) (cert, key []byte, err error) {

@@ -1,22 +1,14 @@
 package cluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/internal/certtest"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -37,7 +29,8 @@ func WithShortLivedKubeletCert(cfg []byte, pkiDir, node string, life time.Durati
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%s: %w", path, err)
 	}
-	certPEM, keyPEM, notAfter, err := shortLivedNodeCert(pkiDir, node, life)
+	now := time.Now()
+	certPEM, keyPEM, cert, err := certtest.NodeClientCert(pkiDir, node, now.Add(-time.Hour), now.Add(life))
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -48,39 +41,7 @@ func WithShortLivedKubeletCert(cfg []byte, pkiDir, node string, life time.Durati
 		return nil, time.Time{}, err
 	}
 	out, err := replaceFile(cfg, path, data)
-	return out, notAfter, err
-}
-
-func shortLivedNodeCert(pkiDir, node string, life time.Duration) (certPEM, keyPEM []byte, notAfter time.Time, err error) {
-	ca, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "ca.crt"), filepath.Join(pkiDir, "ca.key"))
-	if err != nil {
-		return nil, nil, time.Time{}, fmt.Errorf("the cluster CA: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	now := time.Now().Truncate(time.Second) // what a certificate holds
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()),
-		Subject:      pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
-		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(life),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), tmpl.NotAfter, nil
+	return out, cert.NotAfter, err
 }
 
 // replaceFile sets the contents of the file at path in an Ignition config.
