@@ -20,7 +20,8 @@ const (
 
 // Scenario 1: the ISO under SeaBIOS and under OVMF applies the config's
 // files, user and units; under OVMF the config also names a blank disk
-// for the state partition.
+// for the state partition. Each config carries the Ignition conformance
+// cases of its spec version (3.0 and 3.1), whose checks must pass.
 func TestISOAppliesConfig(t *testing.T) {
 	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
@@ -29,15 +30,16 @@ func TestISOAppliesConfig(t *testing.T) {
 		fw        vm.Firmware
 		stateDisk string
 		wantState string
+		spec      string // the config's Ignition spec version
 	}{
-		{"bios", vm.BIOS, "", "ram"},
-		{"uefi", vm.UEFI, "/dev/vda", "/dev/vda1"},
+		{"bios", vm.BIOS, "", "ram", "3.0.0"},
+		{"uefi", vm.UEFI, "/dev/vda", "/dev/vda1", "3.1.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := logDir(t, out)
 			cfg := vm.Config{CPUs: 1, Name: "iso-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootISO,
-				ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, nodeConfig(tc.stateDisk))}
+				ISO: filepath.Join(out, "node.iso"), Ignition: conformanceConfig(t, tc.spec, tc.stateDisk)}
 			if tc.stateDisk != "" {
 				disk := filepath.Join(dir, "state.qcow2")
 				qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
@@ -52,6 +54,7 @@ func TestISOAppliesConfig(t *testing.T) {
 				"hello": "world", "user": "ops", "keys": "1", "host": "kiln-test",
 				"marker": "absent", "drift": "absent", "once": "1", "state": tc.wantState,
 			})
+			expectConformance(t, v)
 		})
 	}
 }
@@ -59,8 +62,8 @@ func TestISOAppliesConfig(t *testing.T) {
 // Scenario 2: the raw disk under OVMF makes its state partition in the
 // disk's free space; after a power cut it boots with no config source,
 // re-applies the stored config, keeps /var/lib/kiln, loses /etc drift and
-// does not repeat one-time steps. The config carries kiln's Ignition
-// conformance suite: its checks pass on both boots.
+// does not repeat one-time steps. The config (spec 3.2) carries kiln's
+// Ignition conformance suite: its checks pass on both boots.
 func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
@@ -69,7 +72,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	copyFile(t, filepath.Join(out, "node.raw"), disk)
 	qemuImg(t, "resize", "-q", "-f", "raw", disk, "3G")
 	v := startVM(t, vm.Config{CPUs: 1, Name: "raw", Dir: dir, Firmware: vm.UEFI, Boot: vm.BootDisk,
-		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: conformanceConfig(t)})
+		Disks: []vm.Disk{{Path: disk, Format: "raw"}}, Ignition: conformanceConfig(t, "3.2.0", "")})
 
 	first, err := v.BootID(t.Context(), bootTimeout)
 	if err != nil {
@@ -106,7 +109,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 // loopback (10.0.2.2 inside QEMU's user network), and the config from
 // ignition.config.url= pinned by kiln.config.hash=. Without the hash the
 // plain-http config is refused: the console says why and nothing is
-// applied.
+// applied. The configs carry the conformance cases of spec 3.3 and 3.5.
 func TestPXEFetchesConfigFromURL(t *testing.T) {
 	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
 	out := outDir(t)
@@ -114,15 +117,16 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 		name   string
 		fw     vm.Firmware
 		pinned bool
+		spec   string // the config's Ignition spec version
 	}{
-		{"bios", vm.BIOS, true},
-		{"uefi", vm.UEFI, true},
-		{"bios-unpinned", vm.BIOS, false},
+		{"bios", vm.BIOS, true, "3.3.0"},
+		{"uefi", vm.UEFI, true, "3.5.0"},
+		{"bios-unpinned", vm.BIOS, false, "3.4.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := logDir(t, out)
-			ign := mustJSON(t, nodeConfig(""))
+			ign := conformanceConfig(t, tc.spec, "")
 			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
 				args := "ignition.config.url=" + p.GuestURL("config.ign")
 				if tc.pinned {
@@ -143,6 +147,7 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 			waitLine(t, v, doneLine+"url")
 			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
 			expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
+			expectConformance(t, v)
 		})
 	}
 }

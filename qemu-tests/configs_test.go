@@ -75,15 +75,17 @@ const conformanceUnit = "[Unit]\nDescription=kiln test: Ignition conformance che
 	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '/bin/sh /etc/kiln-test/conformance.sh > /dev/ttyS0 2>&1'\n\n" +
 	"[Install]\nWantedBy=multi-user.target\n"
 
-// conformanceConfig is nodeConfig("") with every Ignition conformance
-// case (firstboot/ignite/conformance) merged in, and a unit that runs
-// their rendered checks after them and prints the result on the console.
-func conformanceConfig(t *testing.T) []byte {
+// conformanceConfig is nodeConfig(stateDisk) as a config of spec version,
+// with every Ignition conformance case (firstboot/ignite/conformance)
+// that version has merged in, and a unit that runs their rendered checks
+// after them and prints the result on the console. The boot scenarios
+// use different versions, so that each boots one.
+func conformanceConfig(t *testing.T, version, stateDisk string) []byte {
 	t.Helper()
-	base := nodeConfig("")
+	base := nodeConfig(stateDisk)
 	delete(base, "ignition")
-	cases := conformance.Cases()
-	raw, err := conformance.Config("3.4.0", append(cases, conformance.Case{Name: "the probe config", Config: string(mustJSON(t, base))}))
+	cases := conformance.Upto(version, conformance.Cases())
+	raw, err := conformance.Config(version, append(cases, conformance.Case{Name: "the probe config", Config: string(mustJSON(t, base))}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -263,6 +264,18 @@ func Cases() []Case {
 			Nodes:    []Node{rootFile("/etc/systemd/system/fstrim.service.d/10-cf.conf", "[Unit]\nDescription=kiln conformance drop-in\n", 0o644)},
 			Commands: []Command{{Run: "systemctl show -P Description fstrim.service", Want: "kiln conformance drop-in"}}},
 	}
+}
+
+// Upto returns the cases whose fields spec version has.
+func Upto(version string, cases []Case) []Case {
+	limit := slices.Index(Versions, version)
+	var out []Case
+	for _, c := range cases {
+		if i := slices.Index(Versions, c.Since); i >= 0 && i <= limit {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Config renders cases as one config of spec version: their lists are
