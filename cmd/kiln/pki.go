@@ -141,8 +141,13 @@ func newPKIRenewCmd() *cobra.Command {
 		Short: "Renew leaf certificates close to expiry under the same CAs",
 		Long: `Re-issue every leaf certificate of the site that expires within the given
 time: a new key and certificate under the same CA, with the site's current
-names and lifetime. The old pair is copied to DIR/backup/<time>/ first, then replaced. CAs are
-not renewed. Then run kiln gen to put the new certificates in the configs.`,
+names and lifetime. The old pair is copied to DIR/backup/<UTC time>/ first,
+then replaced. CAs are never renewed (every node trusts them). kiln gen
+itself re-issues a leaf that drifted from the site or entered its renew
+window (its last 30 days, or last third); renew does it earlier, for
+everything within --within. Then run kiln gen to put the new certificates
+in the configs and re-feed the nodes. Kubelet client
+certificates also renew themselves on a running node (docs/security.md).`,
 		Example: `  kiln pki renew -f site.yaml --pki pki/ --within 30d`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
