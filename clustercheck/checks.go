@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -86,6 +87,48 @@ func notRunning(p corev1.Pod, since time.Time) string {
 		}
 	}
 	return ""
+}
+
+// ServiceReady is nil when an EndpointSlice of the Service
+// namespace/name lists a ready endpoint: the Service answers.
+func ServiceReady(ctx context.Context, kube kubernetes.Interface, namespace, name string) error {
+	list, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			total++
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("service %s/%s: no ready endpoint (%d not ready)", namespace, name, total)
+}
+
+// PodLogs is the last lines of every container of the pods in namespace
+// that selector picks, each headed by the pod's name; what cannot be
+// read is said in its place.
+func PodLogs(ctx context.Context, kube kubernetes.Interface, namespace, selector string, lines int64) string {
+	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fmt.Sprintf("pods %s in %s: %v\n", selector, namespace, err)
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			data, err := kube.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines}).DoRaw(ctx)
+			if err != nil {
+				fmt.Fprintf(&b, "--- %s/%s: %v\n", p.Name, c.Name, err)
+				continue
+			}
+			fmt.Fprintf(&b, "--- %s/%s (last %d lines)\n%s\n", p.Name, c.Name, lines, strings.TrimSpace(string(data)))
+		}
+	}
+	return b.String()
 }
 
 // CheckPod is a pod of the kiln image that runs one `kiln check`

@@ -245,8 +245,15 @@ func ClusterCorefile(p Params) string {
 `, c.Domain, fwd)
 }
 
+// ClusterDNSService is the cluster DNS Service in kube-system, and
+// ClusterDNSSelector selects its CoreDNS pods.
+const (
+	ClusterDNSService  = "kube-dns"
+	ClusterDNSSelector = "k8s-app=kube-dns"
+)
+
 func clusterDNS(p Params) []runtime.Object {
-	labels := map[string]string{"k8s-app": "kube-dns"}
+	labels := map[string]string{"k8s-app": ClusterDNSService}
 	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("coredns"),
 		Data: map[string]string{"Corefile": ClusterCorefile(p)}}
 	one := int32(1)
@@ -280,7 +287,7 @@ func clusterDNS(p Params) []runtime.Object {
 		},
 	}
 	svc := &corev1.Service{
-		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: meta("kube-dns"),
+		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: meta(ClusterDNSService),
 		Spec: corev1.ServiceSpec{
 			ClusterIP: p.Node.Cluster.ClusterDNS, Selector: labels,
 			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},

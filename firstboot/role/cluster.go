@@ -156,6 +156,13 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 // CNI, kube-proxy, cluster DNS and the kubelet's log access all work.
 func (c *cluster) validatePod(ctx context.Context, image, domain string, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
+	dns := "cluster DNS (kube-system/" + manifests.ClusterDNSService + ") with a ready endpoint"
+	err := clustercheck.Wait(ctx, dns, bound, c.log, func(ctx context.Context) error {
+		return clustercheck.ServiceReady(ctx, c.kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
+	})
+	if err != nil {
+		return err
+	}
 	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", "60s", name)
 	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
@@ -163,6 +170,8 @@ func (c *cluster) validatePod(ctx context.Context, image, domain string, bound t
 	}
 	phase := ended.Status.Phase
 	if phase != corev1.PodSucceeded || !strings.Contains(logs, "resolved "+name) {
+		c.log("the cluster when validation failed:\n%s%s", clustercheck.Describe(ctx, c.kube),
+			clustercheck.PodLogs(ctx, c.kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 30))
 		return fmt.Errorf("validation pod %s: %s", phase, clustercheck.OneLine(errors.New(logs)))
 	}
 	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, clustercheck.LastLine(logs))

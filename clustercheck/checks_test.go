@@ -1,0 +1,61 @@
+package clustercheck
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func slice(service string, ready ...*bool) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: service + "-abc", Namespace: "kube-system",
+		Labels: map[string]string{discoveryv1.LabelServiceName: service}}}
+	for _, r := range ready {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.0.5"},
+			Conditions: discoveryv1.EndpointConditions{Ready: r}})
+	}
+	return s
+}
+
+func TestServiceReady(t *testing.T) {
+	yes, no := new(bool), new(bool)
+	*yes = true
+	for _, tc := range []struct {
+		name    string
+		objects []runtime.Object
+		wantErr string
+	}{
+		{"no slice", nil, "no ready endpoint (0 not ready)"},
+		{"no endpoints", []runtime.Object{slice("kube-dns")}, "no ready endpoint (0 not ready)"},
+		{"not ready", []runtime.Object{slice("kube-dns", no)}, "no ready endpoint (1 not ready)"},
+		{"another service's ready endpoint", []runtime.Object{slice("kube-dns", no), slice("other", yes)}, "(1 not ready)"},
+		{"ready", []runtime.Object{slice("kube-dns", no, yes)}, ""},
+		{"ready unset counts as ready", []runtime.Object{slice("kube-dns", nil)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ServiceReady(context.Background(), fake.NewClientset(tc.objects...), "kube-system", "kube-dns")
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("ServiceReady: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("ServiceReady: %v, want an error with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestPodLogsNamesEachContainer(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "coredns-1", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "coredns"}}}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-g1", Namespace: "kube-system"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd"}}}}
+	got := PodLogs(context.Background(), fake.NewClientset(pod, other), "kube-system", "k8s-app=kube-dns", 30)
+	if !strings.Contains(got, "--- coredns-1/coredns") || strings.Contains(got, "etcd-g1") {
+		t.Fatalf("PodLogs:\n%s\nwant a section for coredns-1/coredns only", got)
+	}
+}
