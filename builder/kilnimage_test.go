@@ -127,7 +127,7 @@ func fakeCatatonit(t *testing.T, rootfs string) {
 // with something else.
 func TestPausePacksCatatonit(t *testing.T) {
 	rootfs := t.TempDir()
-	b := &build{rootfs: rootfs, opts: Options{Progress: io.Discard}, spec: &images.Spec{SourceDateEpoch: 1735689600}}
+	b := &build{rootfs: rootfs, opts: Options{Progress: io.Discard, CacheDir: t.TempDir()}, spec: &images.Spec{SourceDateEpoch: 1735689600}}
 	if _, err := b.packPause(); err == nil || !strings.Contains(err.Error(), "add the catatonit package to packages") {
 		t.Fatalf("without catatonit: %v, want the package named", err)
 	}
