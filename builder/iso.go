@@ -2,11 +2,12 @@ package builder
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	diskfs "github.com/diskfs/go-diskfs"
+	"strconv"
 )
 
 // Host files for the ISO's BIOS boot (Debian's isolinux and syslinux-common).
@@ -26,7 +27,7 @@ func (b *build) writeISO(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(efiImg), 0o755); err != nil {
 		return err
 	}
-	if err := b.makeEFIImage(efiImg); err != nil {
+	if err := b.makeEFIImage(ctx, efiImg); err != nil {
 		return err
 	}
 	cmd := ISOCmdline(b.spec.Kernel.Cmdline)
@@ -67,13 +68,46 @@ func (b *build) writeISO(ctx context.Context) error {
 }
 
 // makeEFIImage writes the FAT image the ISO's UEFI El Torito entry boots.
-func (b *build) makeEFIImage(path string) error {
-	d, err := diskfs.Create(path, minFAT32, diskfs.SectorSizeDefault)
+// It is FAT12, sized to the loader: a FAT32 volume cannot be smaller than
+// 32 MiB, all of which the ISO would carry. mkfs.vfat --invariant and
+// mtools under SOURCE_DATE_EPOCH (the loader's time set to it) give the
+// same bytes on every build.
+func (b *build) makeEFIImage(ctx context.Context, path string) error {
+	loader := filepath.Join(b.work, "BOOTX64.EFI")
+	st, err := os.Stat(loader)
 	if err != nil {
+		return fmt.Errorf("the EFI loader for the ISO: %w", err)
+	}
+	if err := os.Chtimes(loader, b.epoch(), b.epoch()); err != nil {
 		return err
 	}
-	defer d.Close()
-	return fillFAT(d, 0, "KILN-EFI", []espFile{{filepath.Join(b.work, "BOOTX64.EFI"), efiLoader}})
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	env := []string{b.epochEnv, "MTOOLS_SKIP_CHECK=1"}
+	for _, c := range []Cmd{
+		{Name: "mkfs.vfat", Args: []string{"--invariant", "-F", "12", "-i", efiVolumeID, "-n", "KILN-EFI", "-C", path, strconv.FormatInt(efiImageKiB(st.Size()), 10)}},
+		{Name: "mmd", Args: []string{"-i", path, "::/EFI", "::/EFI/BOOT"}},
+		{Name: "mcopy", Args: []string{"-m", "-i", path, loader, "::" + efiLoader}},
+	} {
+		c.Env = env
+		if err := b.run.Run(ctx, c); err != nil {
+			return fmt.Errorf("the ISO's EFI image: %w", err)
+		}
+	}
+	return nil
+}
+
+// efiVolumeID is the EFI image's fixed FAT serial number ("KILN").
+const efiVolumeID = "4b494c4e"
+
+// efiImageKiB is the EFI image's size for a loader of n bytes: the loader
+// with a quarter again of room (the FATs, directories, cluster slack),
+// in whole MiB.
+func efiImageKiB(n int64) int64 {
+	const mibKiB = 1024
+	kib := (n+n/4)/1024 + 64
+	return (kib + mibKiB - 1) / mibKiB * mibKiB
 }
 
 // clampTimes sets every file's timestamps in tree to the spec's epoch.
