@@ -87,13 +87,16 @@ func kernelVersion(rootfs string) (string, error) {
 
 // squashfs packs the root filesystem. SOURCE_DATE_EPOCH makes mksquashfs
 // clamp every timestamp to the spec's epoch (it refuses -all-time beside
-// it), so the same tree always gives the same bytes.
+// it), so the same tree always gives the same bytes. The kernel is left
+// out: every boot path loads the copy beside the squashfs, and nothing
+// on a running node reads /boot.
 func (b *build) squashfs(ctx context.Context) error {
 	args := []string{b.rootfs, filepath.Join(b.work, "rootfs.squashfs"),
 		"-noappend", "-no-progress", "-quiet", "-comp", b.spec.Squashfs.Compression}
 	if b.spec.Squashfs.Compression == "zstd" {
 		args = append(args, "-Xcompression-level", strconv.Itoa(b.spec.Squashfs.Level))
 	}
+	args = append(args, "-e", "boot/vmlinuz-"+b.kver) // -e must come last
 	return b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: args, Env: []string{b.epochEnv}})
 }
 
