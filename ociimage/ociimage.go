@@ -8,9 +8,7 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"sort"
@@ -20,7 +18,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // File is one file of the image's single layer.
@@ -81,16 +81,12 @@ func Build(s Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", s.Ref, err)
 	}
-	// Best compression: the archive is packed once per content (the
-	// builder caches it), crosses the network in every PXE boot's
-	// squashfs, and is hashed on every node that imports it; gunzip is
-	// no slower for it. (go-containerregistry's default is BestSpeed.)
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerData)), nil
-	}, tarball.WithCompressionLevel(gzip.BestCompression))
-	if err != nil {
-		return nil, err
-	}
+	// The layer is stored uncompressed: the squashfs that carries the
+	// archive compresses it with the rest of the image (zstd, smaller
+	// than gzip -9), the build skips gzip (the slowest part of packing),
+	// and the node imports it without gunzip, which under emulation was
+	// most of the first boot's import.
+	layer := static.NewLayer(layerData, types.DockerUncompressedLayer)
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
 		return nil, err

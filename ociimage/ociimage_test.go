@@ -97,3 +97,47 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerIsStoredUncompressed: the squashfs compresses the archive, and
+// the node imports it without gunzip.
+func TestLayerIsStoredUncompressed(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	os.WriteFile(bin, bytes.Repeat([]byte("pause "), 1000), 0o755)
+	res, err := Write(Spec{Ref: "kiln.local/pause:3.10", Files: []File{{Path: "/pause", Source: bin}},
+		Created: time.Unix(1735689600, 0).UTC()}, filepath.Join(dir, "a.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(res.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	layers := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "manifest.json" || filepath.Ext(h.Name) != ".tar" {
+			continue
+		}
+		layers++
+		inner := tar.NewReader(tr)
+		first, err := inner.Next()
+		if err != nil {
+			t.Fatalf("layer %s is not a plain tar: %v", h.Name, err)
+		}
+		if first.Name != "pause" {
+			t.Errorf("layer %s starts with %q, want pause", h.Name, first.Name)
+		}
+	}
+	if layers != 1 {
+		t.Fatalf("found %d layers in the archive, want 1", layers)
+	}
+}
