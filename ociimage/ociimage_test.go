@@ -56,16 +56,8 @@ func TestWriteIsReproducibleAndLoadable(t *testing.T) {
 	}
 	rc, _ := layers[0].Uncompressed()
 	defer rc.Close()
-	tr := tar.NewReader(rc)
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, rc, func(h *tar.Header, _ io.Reader) {
 		names = append(names, h.Name)
 		if h.Name == "usr/bin/pause" && h.Mode != 0o755 {
 			t.Errorf("mode %o", h.Mode)
@@ -73,7 +65,7 @@ func TestWriteIsReproducibleAndLoadable(t *testing.T) {
 		if !h.ModTime.Equal(spec.Created) {
 			t.Errorf("%s mtime %v", h.Name, h.ModTime)
 		}
-	}
+	})
 	if want := []string{"usr/", "usr/bin/", "usr/bin/pause"}; !slices.Equal(names, want) {
 		t.Errorf("layer entries %v, want %v", names, want)
 	}
@@ -114,30 +106,37 @@ func TestLayerIsStoredUncompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
 	layers := 0
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, f, func(h *tar.Header, member io.Reader) {
 		if h.Name == "manifest.json" || filepath.Ext(h.Name) != ".tar" {
-			continue
+			return
 		}
 		layers++
-		inner := tar.NewReader(tr)
-		first, err := inner.Next()
+		first, err := tar.NewReader(member).Next()
 		if err != nil {
 			t.Fatalf("layer %s is not a plain tar: %v", h.Name, err)
 		}
 		if first.Name != "pause" {
 			t.Errorf("layer %s starts with %q, want pause", h.Name, first.Name)
 		}
-	}
+	})
 	if layers != 1 {
 		t.Fatalf("found %d layers in the archive, want 1", layers)
+	}
+}
+
+// eachEntry calls fn with every entry of the tar stream r.
+func eachEntry(t *testing.T, r io.Reader, fn func(h *tar.Header, data io.Reader)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(h, tr)
 	}
 }
