@@ -77,11 +77,11 @@ const (
 // dracutConf builds one initramfs that finds the root on a CD, a disk
 // partition or the network, and overlays it with tmpfs. The initramfs
 // mounts only iso9660, squashfs, ext4, vfat and overlay: the other
-// filesystems' modules stay in the root filesystem, for the node.
+// filesystems' modules stay in the root filesystem, for the node. dracut
+// writes it uncompressed; the builder compresses it (compressInitramfs).
 const dracutConf = `# kiln: one initramfs for every boot path (CD, disk partition, PXE)
 hostonly="no"
 reproducible="yes"
-compress="zstd"
 add_dracutmodules+=" dmsquash-live livenet network-legacy url-lib "
 omit_dracutmodules+=" plymouth btrfs mdraid lvm multipath iscsi nfs crypt dmraid resume "
 omit_drivers+=" xfs btrfs ocfs2.* cifs smb.* f2fs ceph gfs2 kafs ubifs dlm nilfs2 reiserfs jfs jffs2 cachefiles "

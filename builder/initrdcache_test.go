@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,5 +155,38 @@ func TestInitrdRecipeChangesWithModulesAndDracutConfig(t *testing.T) {
 	os.WriteFile(filepath.Join(rootfs, "etc/dracut.conf.d/kiln.conf"), []byte("hostonly=yes"), 0o644)
 	if key() == k1 {
 		t.Error("changing the dracut configuration did not change the key")
+	}
+}
+
+// TestCompressInitramfs: zstd that reads back to the archive, the same
+// bytes every time, and an initramfs the cache's reader still lists.
+func TestCompressInitramfs(t *testing.T) {
+	cpio := newc(t, []string{"init", "usr/", "usr/x.ko"}, map[string]string{"init": "#!/bin/sh\n", "usr/x.ko": strings.Repeat("module ", 5000)})
+	a, err := compressInitramfs(cpio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := compressInitramfs(cpio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Error("two compressions of the same archive differ")
+	}
+	if !bytes.HasPrefix(a, []byte{0x28, 0xb5, 0x2f, 0xfd}) || len(a) >= len(cpio) {
+		t.Fatalf("not a smaller zstd frame: %d bytes from %d, starts %x", len(a), len(cpio), a[:4])
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	back, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(back, cpio) {
+		t.Fatalf("reading back: %v (equal %v)", err, bytes.Equal(back, cpio))
+	}
+	names, err := cpioNames(a)
+	if err != nil || !slices.Contains(names, "usr/x.ko") {
+		t.Fatalf("the cache's reader lists %v (%v)", names, err)
 	}
 }
