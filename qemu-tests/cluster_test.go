@@ -74,10 +74,14 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	for _, m := range cluster.Machines() {
 		nodes = append(nodes, &clusterVM{Machine: m})
 	}
-	// m1 bootstraps with the cores to itself; m2 and w1 power on once it
-	// is done. Starting them earlier (all at once, or at m1's add-ons)
-	// starved the one-vCPU w1 on 2 cores under TCG: its CD-ROM and disk
-	// timed out and journald was killed by its watchdog.
+	// m1 bootstraps with the cores to itself; m2 powers on once it is
+	// done, and w1 once m2 has joined. Starting them earlier (all at once,
+	// or at m1's add-ons) starved the one-vCPU w1 on 2 cores under TCG:
+	// its CD-ROM and disk timed out and journald was killed by its
+	// watchdog. Starting m2 and w1 together left m2's new etcd member, a
+	// voter of a two-member cluster, too starved to acknowledge m1's
+	// writes: m1's apiserver stopped answering (TLS handshake timeouts)
+	// and m2's apiserver never became healthy within 30 min.
 	nodes[0].VM = startClusterVM(t, seg, out, dir, nodes[0].Machine, cfgs["m1"])
 	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
 	if err != nil {
@@ -95,8 +99,6 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	for _, n := range nodes[1:] {
 		n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
-	}
-	for _, n := range nodes[1:] {
 		waitDone(t, tl, n, "joined")
 	}
 	checkWholeCluster(t, seg, kube, cfgs["m1"], time.Time{})
