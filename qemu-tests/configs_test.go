@@ -70,9 +70,13 @@ func invalidConfig() map[string]any {
 	return cfg
 }
 
+// conformanceUnit opens the console only once the checks are done: a
+// descriptor opened before the serial getty starts is hung up by it, and
+// everything written through it afterwards is lost (the ISO bios boot
+// once printed no result within 8 min).
 const conformanceUnit = "[Unit]\nDescription=kiln test: Ignition conformance checks\n" +
 	"After=kiln-firstboot.service cf-marker.service\n\n" +
-	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '/bin/sh /etc/kiln-test/conformance.sh > /dev/ttyS0 2>&1'\n\n" +
+	"[Service]\nType=oneshot\nExecStart=/bin/sh -c '/bin/sh /etc/kiln-test/conformance.sh > /run/kiln-conformance.out 2>&1; cat /run/kiln-conformance.out > /dev/ttyS0'\n\n" +
 	"[Install]\nWantedBy=multi-user.target\n"
 
 // conformanceConfig is nodeConfig(stateDisk) as a config of spec version,
