@@ -17,7 +17,7 @@ import (
 // 400 MB for the control plane, 15-20 s of a warm build); the archive is a
 // function of the spec alone (files by content, modes, entrypoint, epoch),
 // so it is kept under a hash of that and linked into the next build.
-const archiveCacheVersion = "archive-cache v2" // v2: gzip best compression (v3, uncompressed layers, was withdrawn: the node imported them 2x slower)
+const archiveCacheVersion = "archive-cache v2" // v2: gzip best compression (v3, uncompressed layers, was withdrawn: a node imported them 2.3x slower)
 
 // archiveCache is the cache directory: <key>.tar beside <key>.json (the
 // archive's reference and digest).

@@ -131,7 +131,7 @@ func newBuild(opts Options) (*build, func(), error) {
 	b := &build{
 		opts: opts, spec: opts.Spec, run: opts.Runner,
 		work: work, rootfs: filepath.Join(work, "rootfs"), stage: stage,
-		epochEnv: "SOURCE_DATE_EPOCH=" + strconv.FormatInt(opts.Spec.SourceDateEpoch, 10),
+		epochEnv: sourceDateEpochEnv(opts.Spec.SourceDateEpoch),
 	}
 	// go-diskfs takes FAT timestamps from SOURCE_DATE_EPOCH; it reads the
 	// process environment, so the build sets it there.
@@ -144,6 +144,12 @@ func newBuild(opts Options) (*build, func(), error) {
 		os.RemoveAll(stage)
 	}
 	return b, cleanup, nil
+}
+
+// sourceDateEpochEnv is the SOURCE_DATE_EPOCH environment entry for the
+// spec's epoch, which every reproducible tool of the build is run with.
+func sourceDateEpochEnv(epoch int64) string {
+	return "SOURCE_DATE_EPOCH=" + strconv.FormatInt(epoch, 10)
 }
 
 // epoch is the spec's fixed timestamp for every file in every artifact.

@@ -105,9 +105,7 @@ const efiVolumeID = "4b494c4e"
 // with a quarter again of room (the FATs, directories, cluster slack),
 // in whole MiB.
 func efiImageKiB(n int64) int64 {
-	const mibKiB = 1024
-	kib := (n+n/4)/1024 + 64
-	return (kib + mibKiB - 1) / mibKiB * mibKiB
+	return roundUp((n+n/4)/1024+64, mib/1024)
 }
 
 // clampTimes sets every file's timestamps in tree to the spec's epoch.

@@ -78,5 +78,5 @@ func TestEFIImageIsSmallReproducibleFAT(t *testing.T) {
 func testBuild(work string) *build {
 	spec := &images.Spec{SourceDateEpoch: 1735689600}
 	return &build{spec: spec, work: work, run: ExecRunner{Env: os.Environ()},
-		epochEnv: "SOURCE_DATE_EPOCH=" + strconv.FormatInt(spec.SourceDateEpoch, 10)}
+		epochEnv: sourceDateEpochEnv(spec.SourceDateEpoch)}
 }

@@ -85,7 +85,7 @@ func Build(s Spec) (v1.Image, error) {
 	// (the builder caches it) and the node reads, hashes and stores the
 	// compressed blob before it unpacks it. Uncompressed layers were
 	// measured too: the squashfs was 11 MB smaller, but a genesis node's
-	// import took 2-2.5x as long (every layer read, hashed and written
+	// import took 2.3x as long (every layer read, hashed and written
 	// three times its gzip size under emulation).
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerData)), nil
