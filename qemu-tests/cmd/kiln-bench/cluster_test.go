@@ -36,8 +36,8 @@ func TestClusterNodes(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s %s %s %d vCPU %d MiB", n.Name, n.Role, n.MAC, n.CPUs, n.MemoryMiB))
 	}
 	want := []string{
-		"m1 genesis 52:54:00:77:00:11 2 vCPU 3072 MiB",
-		"m2 master 52:54:00:77:00:12 2 vCPU 3072 MiB",
+		"m1 genesis 52:54:00:77:00:11 1 vCPU 3072 MiB",
+		"m2 master 52:54:00:77:00:12 1 vCPU 3072 MiB",
 		"w1 worker 52:54:00:77:00:21 1 vCPU 2048 MiB",
 	}
 	if !slices.Equal(got, want) {
