@@ -2,7 +2,6 @@ package role
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -29,7 +28,9 @@ func (n *Node) masterPhases() []phase {
 
 // waitForCluster waits, saying so every 30 s, until another master's
 // etcd answers. A master never bootstraps; a certificate the cluster
-// rejects ends the wait at once.
+// rejects, or a cluster whose certificate this node's CA did not sign
+// (a config from another site's PKI), ends the wait at once, before
+// anything is added to etcd.
 func (n *Node) waitForCluster(ctx context.Context) error {
 	cfg, err := n.etcdClientTLS()
 	if err != nil {
@@ -47,7 +48,7 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 			}
 			return nil
 		}
-		if errors.Is(doubt, errCertRejected) {
+		if foreignPKI(doubt) {
 			return clustercheck.Final(doubt)
 		}
 		if doubt == nil {

@@ -35,6 +35,17 @@ const (
 // certificate: the node's PKI is not the cluster's.
 var errCertRejected = errors.New("the cluster rejects this node's certificate")
 
+// errForeignCA marks a master whose etcd serves a certificate this
+// node's etcd CA did not sign: the node and that master belong to
+// different PKIs (another kiln gen run), which no wait changes.
+var errForeignCA = errors.New("its certificate is not from this site's etcd CA")
+
+// foreignPKI tells whether err says this node and the cluster it reached
+// do not share a PKI, in either direction.
+func foreignPKI(err error) bool {
+	return errors.Is(err, errCertRejected) || errors.Is(err, errForeignCA)
+}
+
 // probeEtcd tells whether an etcd member answers at addr. It fails
 // closed: only a refused connection or an unreachable host count as
 // absent.
@@ -75,7 +86,7 @@ func classifyTLS(err error) error {
 	case errors.As(err, &alert):
 		return fmt.Errorf("%w: %w", errCertRejected, err)
 	case errors.As(err, &unknownCA), errors.As(err, &certErr):
-		return fmt.Errorf("its certificate is not from this site's etcd CA: %w", err)
+		return fmt.Errorf("%w: %w", errForeignCA, err)
 	}
 	return err
 }
@@ -110,7 +121,8 @@ func (n *Node) otherMasters() []nodefile.Member {
 }
 
 // survey probes every other master's etcd: which answer, and the first
-// reason a master could not be ruled out.
+// reason a master could not be ruled out, preferring one that says the
+// PKIs differ.
 func (n *Node) survey(ctx context.Context, cfg *tls.Config) (answering []nodefile.Member, doubt error) {
 	for _, m := range n.otherMasters() {
 		addr := net.JoinHostPort(m.Address, fmt.Sprint(n.etcdPort()))
@@ -118,7 +130,7 @@ func (n *Node) survey(ctx context.Context, cfg *tls.Config) (answering []nodefil
 		case present:
 			answering = append(answering, m)
 		case unknown:
-			if doubt == nil || errors.Is(err, errCertRejected) {
+			if doubt == nil || (foreignPKI(err) && !foreignPKI(doubt)) {
 				doubt = fmt.Errorf("master %s (%s): %w", m.Name, addr, err)
 			}
 		}

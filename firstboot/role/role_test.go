@@ -172,6 +172,33 @@ func TestGenesisRefusesWhenAMasterCannotBeRuledOut(t *testing.T) {
 	}
 }
 
+// A master with another site's PKI (same names and addresses, another
+// kiln gen run) stops at once with the reason, instead of waiting out
+// its bound as if the cluster were not up yet, and touches nothing.
+func TestMasterOfAnotherSiteIsRefusedAtOnce(t *testing.T) {
+	root, _ := nodeRoot(t, "m2")
+	p := filepath.Join(root, "/etc/kiln/node.json") // g1, the master m2 joins, at the listener
+	data, _ := os.ReadFile(p)
+	os.WriteFile(p, []byte(strings.ReplaceAll(string(data), `"10.0.2.50"`, `"127.0.0.1"`)), 0o644)
+	_, other := nodeRoot(t, "m2") // another site's PKI
+	sys := &recorder{}
+	n := &Node{Root: root, Sys: sys, Wait: time.Minute, EtcdPort: etcdAt(t, other), Log: func(string, ...any) {}}
+	start := time.Now()
+	_, err := n.Run(context.Background())
+	if err == nil || !strings.HasPrefix(err.Error(), "master/wait-cluster: ") || !strings.Contains(err.Error(), "not from this site's etcd CA") {
+		t.Fatalf("got %v, want the wait for the cluster to end on the foreign CA", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the refusal took %s: it waited as if the cluster were not up yet", took)
+	}
+	if len(sys.calls) != 0 {
+		t.Errorf("a refused master ran %v", sys.calls)
+	}
+	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir)); !os.IsNotExist(err) {
+		t.Errorf("a refused master wrote static pods (%v)", err)
+	}
+}
+
 func TestGenesisProceedsWhenNoEtcdAnswers(t *testing.T) {
 	root, _ := nodeRoot(t, "g1")
 	pointMastersAtLoopback(t, root)
