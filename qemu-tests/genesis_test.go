@@ -100,9 +100,29 @@ func TestGenesisJoinsWhenItsClusterExists(t *testing.T) {
 	out := outDir(t)
 	dir := logDir(t, out)
 	cfgs := configs(t, cluster.GenesisSite(true))
+	hostEtcd(t, dir, "m2", cfgs["m2"])
+	disk := filepath.Join(dir, "state.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
+	v := startVM(t, vm.Config{Name: "refuse", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MAC: cluster.GenesisMAC,
+		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: cfgs["g1"]})
+	line := waitLine(t, v, `genesis: cluster already exists|kiln-firstboot: (done role=|error: role)|bootstrapping is safe`)
+	if !strings.Contains(line, "genesis: cluster already exists (m2 answers); joining as a master") {
+		t.Fatalf("got %q, want the genesis node to join the existing cluster", line)
+	}
+	if l, ok := v.Find(mustRe(`bootstrapping is safe|done role=genesis`)); ok {
+		t.Errorf("the genesis node of an existing cluster bootstrapped: %q", l)
+	}
+}
+
+// hostEtcd runs a real one-member etcd on the host as the site's master
+// name, with that master's etcd certificates from its config cfg,
+// serving clients on 127.0.0.1:2379: a guest on QEMU's user network
+// reaches it as 10.0.2.2:2379. It stops when the test ends.
+func hostEtcd(t *testing.T, dir, name string, cfg []byte) {
+	t.Helper()
 	pkiDir := t.TempDir()
 	for _, f := range []string{"etcd-server.crt", "etcd-server.key", "etcd/ca.crt"} {
-		data, err := cluster.File(cfgs["m2"], "/etc/kiln/pki/"+f)
+		data, err := cluster.File(cfg, "/etc/kiln/pki/"+f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,12 +132,12 @@ func TestGenesisJoinsWhenItsClusterExists(t *testing.T) {
 	}
 	if c, err := net.Dial("tcp", "127.0.0.1:2379"); err == nil {
 		c.Close()
-		t.Fatal("127.0.0.1:2379 is taken: the refusal scenario runs etcd there (the guest reaches it as 10.0.2.2:2379)")
+		t.Fatal("127.0.0.1:2379 is taken: this scenario runs etcd there (the guest reaches it as 10.0.2.2:2379)")
 	}
-	etcd := exec.Command(etcdBinary(t), "--name", "m2", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+	etcd := exec.Command(etcdBinary(t), "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", "https://127.0.0.1:2379", "--advertise-client-urls", "https://10.0.2.2:2379",
 		"--listen-peer-urls", "http://127.0.0.1:0", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-		"--initial-cluster", "m2=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:0",
+		"--initial-cluster", name+"=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", filepath.Join(pkiDir, "etcd-server.crt"), "--key-file", filepath.Join(pkiDir, "etcd-server.key"),
 		"--trusted-ca-file", filepath.Join(pkiDir, "ca.crt"), "--client-cert-auth")
 	etcdLog, err := os.Create(filepath.Join(dir, "etcd.log"))
@@ -136,17 +156,6 @@ func TestGenesisJoinsWhenItsClusterExists(t *testing.T) {
 		}
 		return err
 	})
-	disk := filepath.Join(dir, "state.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
-	v := startVM(t, vm.Config{Name: "refuse", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MAC: cluster.GenesisMAC,
-		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: cfgs["g1"]})
-	line := waitLine(t, v, `genesis: cluster already exists|kiln-firstboot: (done role=|error: role)|bootstrapping is safe`)
-	if !strings.Contains(line, "genesis: cluster already exists (m2 answers); joining as a master") {
-		t.Fatalf("got %q, want the genesis node to join the existing cluster", line)
-	}
-	if l, ok := v.Find(mustRe(`bootstrapping is safe|done role=genesis`)); ok {
-		t.Errorf("the genesis node of an existing cluster bootstrapped: %q", l)
-	}
 }
 
 // etcdBinary is the etcd the default image bakes, from the component

@@ -49,6 +49,23 @@ nodes:
 	return s
 }
 
+// HostGenesisSite is a two-master site whose genesis h1 is the host as
+// QEMU's user network shows it (10.0.2.2, where a test runs a real etcd)
+// and whose master m3 is the VM (10.0.2.50, GenesisMAC).
+func HostGenesisSite() string {
+	return `apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster:
+  name: qemu
+  kubernetesVersion: v1.37.1
+  podCIDR: 10.244.0.0/16
+  serviceCIDR: 10.96.0.0/12
+nodes:
+  - {name: h1, role: genesis, macs: ["52:54:00:00:00:02"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}
+  - {name: m3, role: master, macs: ["` + GenesisMAC + `"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+`
+}
+
 // Configs renders every node's Ignition config of a site with a fresh PKI
 // in pkiDir.
 func Configs(siteYAML, pkiDir string) (map[string][]byte, error) {

@@ -76,3 +76,24 @@ func TestNetnsClientDialsTheServerAsWritten(t *testing.T) {
 		t.Error("an unknown context was accepted")
 	}
 }
+
+// Two renders of one site are two PKIs: the foreign-master scenario
+// depends on it.
+func TestHostGenesisSiteRendersTwoPKIs(t *testing.T) {
+	var cas [2][]byte
+	for i := range cas {
+		cfgs, err := Configs(HostGenesisSite(), filepath.Join(t.TempDir(), "pki"))
+		if err != nil {
+			t.Fatalf("the site does not render: %v\n%s", err, HostGenesisSite())
+		}
+		if cas[i], err = File(cfgs["m3"], "/etc/kiln/pki/etcd/ca.crt"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := File(cfgs["h1"], "/etc/kiln/pki/apiserver-etcd-client.crt"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(cas[0]) == string(cas[1]) {
+		t.Error("two renders share an etcd CA")
+	}
+}
