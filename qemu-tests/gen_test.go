@@ -7,20 +7,13 @@ import (
 
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 	"github.com/kiln-project/kiln/site"
 )
 
-const genSite = `apiVersion: kiln.dev/v1alpha1
-kind: Site
-cluster:
-  name: qemu
-  kubernetesVersion: v1.37.1
-  podCIDR: 10.244.0.0/16
-  serviceCIDR: 10.96.0.0/12
-  sshAuthorizedKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFm2Vh0bT0kLnaaQ4s6Ukq2nNQ4Xg7Jt0pH8YFZ9qY0c ops@test"]
-nodes:
-  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+var genSite = cluster.SiteHead(`  sshAuthorizedKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFm2Vh0bT0kLnaaQ4s6Ukq2nNQ4Xg7Jt0pH8YFZ9qY0c ops@test"]
+`) + `  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
   - {name: w1, role: worker, macs: ["52:54:00:12:34:56"], network: {dhcp: true}}
 `
 

@@ -29,19 +29,25 @@ import (
 // GenesisMAC is the genesis node's NIC: its static address is matched by it.
 const GenesisMAC = "52:54:00:00:00:01"
 
-// GenesisSite is a one-master cluster inside QEMU's user network (the
-// genesis node at 10.0.2.50). With a second master, that master is at the
-// host's address as the guest sees it (10.0.2.2).
-func GenesisSite(withSecondMaster bool) string {
-	s := `apiVersion: kiln.dev/v1alpha1
+// SiteHead is the start of every test site up to its node list: the
+// cluster section, with extra (indented lines such as "  timing: slow\n")
+// at its end.
+func SiteHead(extra string) string {
+	return `apiVersion: kiln.dev/v1alpha1
 kind: Site
 cluster:
   name: qemu
   kubernetesVersion: v1.37.1
   podCIDR: 10.244.0.0/16
   serviceCIDR: 10.96.0.0/12
-nodes:
-  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+` + extra + "nodes:\n"
+}
+
+// GenesisSite is a one-master cluster inside QEMU's user network (the
+// genesis node at 10.0.2.50). With a second master, that master is at the
+// host's address as the guest sees it (10.0.2.2).
+func GenesisSite(withSecondMaster bool) string {
+	s := SiteHead("") + `  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
 `
 	if withSecondMaster {
 		s += "  - {name: m2, role: master, macs: [\"52:54:00:00:00:02\"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}\n"
@@ -53,15 +59,7 @@ nodes:
 // QEMU's user network shows it (10.0.2.2, where a test runs a real etcd)
 // and whose master m3 is the VM (10.0.2.50, GenesisMAC).
 func HostGenesisSite() string {
-	return `apiVersion: kiln.dev/v1alpha1
-kind: Site
-cluster:
-  name: qemu
-  kubernetesVersion: v1.37.1
-  podCIDR: 10.244.0.0/16
-  serviceCIDR: 10.96.0.0/12
-nodes:
-  - {name: h1, role: genesis, macs: ["52:54:00:00:00:02"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}
+	return SiteHead("") + `  - {name: h1, role: genesis, macs: ["52:54:00:00:00:02"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}
   - {name: m3, role: master, macs: ["` + GenesisMAC + `"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
 `
 }

@@ -38,16 +38,7 @@ func ClusterSite() string {
 		return fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}%s}\n",
 			name, role, mac, addr, Gateway, extra)
 	}
-	return `apiVersion: kiln.dev/v1alpha1
-kind: Site
-cluster:
-  name: qemu
-  kubernetesVersion: v1.37.1
-  podCIDR: 10.244.0.0/16
-  serviceCIDR: 10.96.0.0/12
-  timing: slow
-nodes:
-` + node("m1", "genesis", M1MAC, M1Addr, "") +
+	return SiteHead("  timing: slow\n") + node("m1", "genesis", M1MAC, M1Addr, "") +
 		node("m2", "master", M2MAC, M2Addr, "") +
 		node("w1", "worker", W1MAC, W1Addr, ", labels: {kiln.dev/pool: edge, node-role.kubernetes.io/worker: \"\"}")
 }
