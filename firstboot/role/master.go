@@ -3,13 +3,19 @@ package role
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // masterPhases join the control plane: wait until a master of the site
-// answers and the node's images are in, join etcd as a learner and get
+// answers, its cluster has settled (a master's Node Ready) and the
+// node's images are in, join etcd as a learner and get
 // promoted, and only then start
 // the apiserver, controller-manager and scheduler; the anchors take
 // over once the node carries the master label.
@@ -17,6 +23,7 @@ func (n *Node) masterPhases() []phase {
 	notJoined := func() bool { return !n.stamped("master/etcd-join") }
 	return []phase{
 		{name: "wait-cluster", runIf: notJoined, run: n.waitForCluster},
+		{name: "wait-settled", runIf: notJoined, run: n.waitSettled},
 		{name: "images", runIf: notJoined, run: n.waitImages},
 		{name: "etcd-join", once: true, run: n.etcdJoin},
 		{name: "start", run: n.startControlPlane},
@@ -56,6 +63,60 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 		}
 		return doubt
 	})
+}
+
+// waitSettled waits, saying so every 30 s, until a master that answered
+// serves the API and its Node is Ready: the cluster has finished its own
+// bootstrap. A member added before that turns a genesis node's
+// one-member etcd into a two-member quorum while both machines are at
+// their busiest, and every write of the bootstrap then waits for the
+// joiner: in the QEMU cluster (one vCPU per VM) m1's apiserver never
+// became ready once m2's learner was promoted.
+func (n *Node) waitSettled(ctx context.Context) error {
+	var masters []nodefile.Member
+	for _, m := range n.otherMasters() {
+		if slices.Contains(n.answering, m.Address) {
+			masters = append(masters, m)
+		}
+	}
+	if len(masters) == 0 { // resumed: every other master may serve
+		masters = n.otherMasters()
+	}
+	apiAt := n.APIAt
+	if apiAt == nil {
+		apiAt = func(address string) (kubernetes.Interface, error) {
+			c, err := n.client(address)
+			if err != nil {
+				return nil, err
+			}
+			return c.kube, nil
+		}
+	}
+	return clustercheck.Wait(ctx, "a master's Node Ready (the cluster settled)", n.Wait, n.Log, func(ctx context.Context) error {
+		return firstReadyMaster(ctx, masters, apiAt)
+	})
+}
+
+// firstReadyMaster is nil once one of masters, asked through its own
+// apiserver, reports its Node Ready; otherwise the first master's reason.
+func firstReadyMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(address string) (kubernetes.Interface, error)) error {
+	var doubt error
+	for _, m := range masters {
+		kube, err := kubeAt(m.Address)
+		if err == nil {
+			err = clustercheck.NodeReady(ctx, kube, m.Name, time.Time{})
+		}
+		if err == nil {
+			return nil
+		}
+		if doubt == nil {
+			doubt = fmt.Errorf("master %s (%s): %w", m.Name, m.Address, err)
+		}
+	}
+	if doubt == nil {
+		doubt = fmt.Errorf("no master to ask")
+	}
+	return doubt
 }
 
 // imagesUnit imports the node's images; it reports ready (active) once

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/etcdmember"
@@ -41,6 +43,9 @@ type Node struct {
 	Wait time.Duration
 	// EtcdPort is where other masters' etcd is probed; 0 means 2379.
 	EtcdPort int
+	// APIAt is a client of the apiserver at a master's address; nil means
+	// the agent's own kubeconfig pointed at that address.
+	APIAt func(address string) (kubernetes.Interface, error)
 
 	file *nodefile.NodeFile
 	cat  *catalog.Catalog

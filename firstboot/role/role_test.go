@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/manifests"
@@ -134,8 +140,11 @@ func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	pointMastersAtLoopback(t, root)
 	sys := &recorder{}
 	var log []string
+	m2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, files),
-		Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
+		APIAt: func(string) (kubernetes.Interface, error) { return fake.NewSimpleClientset(m2), nil },
+		Log:   func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
 	_, err := n.Run(context.Background())
 	if err == nil || !strings.HasPrefix(err.Error(), "master/etcd-join: ") {
 		t.Fatalf("got %v, want the master join to fail on the fake etcd's member list", err)
@@ -306,6 +315,40 @@ func TestMasterWaitsForItsImages(t *testing.T) {
 		err := n.waitImages(context.Background())
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%v: %v, want %q", tc.states, err, tc.wantErr)
+		}
+	}
+}
+
+// A joining master adds nothing to etcd until one master, asked through
+// its own apiserver, has its Node Ready: the genesis node's bootstrap is
+// over.
+func TestMasterWaitsForASettledCluster(t *testing.T) {
+	node := func(name string, ready corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Message: "kubelet says " + string(ready)}}}}
+	}
+	masters := []nodefile.Member{{Name: "m1", Address: "10.0.0.1"}, {Name: "m3", Address: "10.0.0.3"}}
+	down := errors.New("dial tcp: connection refused")
+	for _, tc := range []struct {
+		name    string
+		apis    map[string]*fake.Clientset // by address; absent: the apiserver does not answer
+		wantErr string
+	}{
+		{"genesis still bootstrapping", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionFalse))},
+			"master m1 (10.0.0.1): node m1: Ready=False"},
+		{"no apiserver yet", map[string]*fake.Clientset{}, "master m1 (10.0.0.1): dial tcp: connection refused"},
+		{"node not registered yet", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset()}, `nodes "m1" not found`},
+		{"genesis Ready", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionTrue))}, ""},
+		{"another master Ready", map[string]*fake.Clientset{"10.0.0.3": fake.NewSimpleClientset(node("m3", corev1.ConditionTrue))}, ""},
+	} {
+		err := firstReadyMaster(context.Background(), masters, func(address string) (kubernetes.Interface, error) {
+			if c, ok := tc.apis[address]; ok {
+				return c, nil
+			}
+			return nil, down
+		})
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
 		}
 	}
 }
