@@ -43,6 +43,16 @@ discovery name; apply the add-ons (kiln-net CNI, kube-proxy, cluster DNS) by
 server-side apply; label the node; validate with a pod that resolves the
 kubernetes service and whose logs are read back. Later boots let the kubelet
 restore the control plane from the persisted manifests and wait for Ready.
+A genesis node whose cluster already exists (another master's etcd answers)
+joins it as a master instead.
+
+master: wait until another master's etcd answers (refused at once when its
+certificates are from another site's CAs), then until a master's Node is Ready
+(the cluster has finished its own bootstrap) and this node's images are in;
+join etcd as a learner, start it, get it promoted; only then start the
+apiserver, controller-manager and scheduler, label the node and wait for Ready.
+Each phase is stamped on the state partition when done: a join cut short by a
+power cut resumes from the first unstamped phase.
 
 worker: write the kubelet config and node-local DNS and start the kubelet.
 
