@@ -70,6 +70,8 @@ func APIServer(p Params) *corev1.Pod {
 		{"etcd-cafile", pki("etcd/ca.crt")},
 		{"etcd-certfile", pki("apiserver-etcd-client.crt")},
 		{"etcd-keyfile", pki("apiserver-etcd-client.key")},
+		{"etcd-healthcheck-timeout", seconds(timing(p).EtcdCheck)},
+		{"etcd-readycheck-timeout", seconds(timing(p).EtcdCheck)},
 		{"kubelet-client-certificate", pki("apiserver-kubelet-client.crt")},
 		{"kubelet-client-key", pki("apiserver-kubelet-client.key")},
 		{"kubelet-preferred-address-types", "InternalIP,Hostname"},

@@ -36,6 +36,11 @@ type Timing struct {
 	// machine. Slower means container metrics and the memory figures
 	// eviction decisions start from are that much older.
 	Housekeeping time.Duration
+	// EtcdCheck bounds the apiserver's own etcd checks in /livez and
+	// /readyz (--etcd-healthcheck-timeout, --etcd-readycheck-timeout): a
+	// starved etcd member that answers in 3 s makes the default 2 s check
+	// fail, the apiserver unready and, through /livez, a restart candidate.
+	EtcdCheck time.Duration
 }
 
 // timings are the profiles, by the names site.Timings lists.
@@ -46,6 +51,7 @@ var timings = map[string]Timing{
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 		Startup: 5 * time.Minute, Liveness: 80 * time.Second,
 		Housekeeping: 10 * time.Second,
+		EtcdCheck:    2 * time.Second,
 	},
 	// Loaded, small or emulated machines: five times etcd's timers (the
 	// election still 10 heartbeats), a lease four times as long, a start
@@ -58,6 +64,7 @@ var timings = map[string]Timing{
 		LeaseDuration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second,
 		Startup: 15 * time.Minute, Liveness: 5 * time.Minute,
 		Housekeeping: 30 * time.Second,
+		EtcdCheck:    10 * time.Second,
 	},
 }
 

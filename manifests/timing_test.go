@@ -58,24 +58,29 @@ func flagsOf(pod *corev1.Pod) map[string]string {
 	return out
 }
 
-// The profile named in the node file reaches etcd's raft timers and the
-// leader election of the controller-manager and the scheduler.
+// The profile named in the node file reaches etcd's raft timers, the
+// leader election of the controller-manager and the scheduler, and the
+// apiserver's own etcd checks.
 func TestTimingFlags(t *testing.T) {
 	election := func(lease, renew, retry string) map[string]string {
 		return map[string]string{"leader-elect": "true", "leader-elect-lease-duration": lease,
 			"leader-elect-renew-deadline": renew, "leader-elect-retry-period": retry}
 	}
+	etcdCheck := func(d string) map[string]string {
+		return map[string]string{"etcd-healthcheck-timeout": d, "etcd-readycheck-timeout": d}
+	}
 	for _, tc := range []struct {
 		timing, role string
 		etcd         map[string]string
 		election     map[string]string
+		apiserver    map[string]string
 	}{
-		{"", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s")},
-		{"default", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s")},
-		{"slow", "genesis", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s")},
+		{"", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s")},
+		{"default", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s")},
+		{"slow", "genesis", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s"), etcdCheck("10s")},
 		// A joining master renders the same etcd timers as genesis: raft
 		// needs them to match across members.
-		{"slow", "master", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s")},
+		{"slow", "master", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s"), etcdCheck("10s")},
 	} {
 		n := node("m1", tc.role, "192.168.10.11")
 		n.Cluster.Timing = tc.timing
@@ -92,6 +97,7 @@ func TestTimingFlags(t *testing.T) {
 		}{
 			{ControllerManager(p), tc.election},
 			{Scheduler(p), tc.election},
+			{APIServer(p), tc.apiserver},
 		} {
 			got := flagsOf(c.pod)
 			for k, v := range c.want {
