@@ -55,7 +55,7 @@ func Etcd(p Params) *corev1.Pod {
 // APIServer is the node's kube-apiserver; it talks to the local etcd
 // member only, so a master needs no load balancer in front of etcd.
 func APIServer(p Params) *corev1.Pod {
-	c := p.Node.Cluster
+	c, t := p.Node.Cluster, timing(p)
 	port := strconv.Itoa(c.APIServerPort)
 	flags := []arg{
 		{"advertise-address", p.Node.Address},
@@ -70,8 +70,8 @@ func APIServer(p Params) *corev1.Pod {
 		{"etcd-cafile", pki("etcd/ca.crt")},
 		{"etcd-certfile", pki("apiserver-etcd-client.crt")},
 		{"etcd-keyfile", pki("apiserver-etcd-client.key")},
-		{"etcd-healthcheck-timeout", seconds(timing(p).EtcdCheck)},
-		{"etcd-readycheck-timeout", seconds(timing(p).EtcdCheck)},
+		{"etcd-healthcheck-timeout", seconds(t.EtcdCheck)},
+		{"etcd-readycheck-timeout", seconds(t.EtcdCheck)},
 		{"kubelet-client-certificate", pki("apiserver-kubelet-client.crt")},
 		{"kubelet-client-key", pki("apiserver-kubelet-client.key")},
 		{"kubelet-preferred-address-types", "InternalIP,Hostname"},
@@ -89,7 +89,7 @@ func APIServer(p Params) *corev1.Pod {
 	}
 	flags = append(flags, apiServerHardening(p)...)
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
-	startupProbe(pod, timing(p))
+	startupProbe(pod, t)
 	mountFiles(pod, namedFiles(flags))
 	mount(pod, "audit-log", AuditLogDir, false, corev1.HostPathDirectoryOrCreate)
 	return pod

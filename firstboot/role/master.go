@@ -15,10 +15,9 @@ import (
 
 // masterPhases join the control plane: wait until a master of the site
 // answers, its cluster has settled (a master's Node Ready) and the
-// node's images are in, join etcd as a learner and get
-// promoted, and only then start
-// the apiserver, controller-manager and scheduler; the anchors take
-// over once the node carries the master label.
+// node's images are in, join etcd as a learner and get promoted, and only
+// then start the apiserver, controller-manager and scheduler; the anchors
+// take over once the node carries the master label.
 func (n *Node) masterPhases() []phase {
 	notJoined := func() bool { return !n.stamped("master/etcd-join") }
 	return []phase{
@@ -79,22 +78,22 @@ func (n *Node) waitSettled(ctx context.Context) error {
 			masters = append(masters, m)
 		}
 	}
-	if len(masters) == 0 { // resumed: every other master may serve
-		masters = n.otherMasters()
-	}
-	apiAt := n.APIAt
-	if apiAt == nil {
-		apiAt = func(address string) (kubernetes.Interface, error) {
-			c, err := n.client(address)
-			if err != nil {
-				return nil, err
-			}
-			return c.kube, nil
-		}
-	}
 	return clustercheck.Wait(ctx, "a master's Node Ready (the cluster settled)", n.Wait, n.Log, func(ctx context.Context) error {
-		return firstReadyMaster(ctx, masters, apiAt)
+		return firstReadyMaster(ctx, masters, n.apiAt)
 	})
+}
+
+// apiAt is a client of the apiserver at a master's address: n.APIAt, or
+// the agent's own kubeconfig pointed at that address.
+func (n *Node) apiAt(address string) (kubernetes.Interface, error) {
+	if n.APIAt != nil {
+		return n.APIAt(address)
+	}
+	c, err := n.client(address)
+	if err != nil {
+		return nil, err
+	}
+	return c.kube, nil
 }
 
 // firstReadyMaster is nil once one of masters, asked through its own

@@ -152,10 +152,9 @@ func (c *clusterRun) timeJoins(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("joining w1: %w", err)
 	}
-	got.done["m2"] = m2done
 	c.r.add(clusterTitle, clusterHead,
 		ratioRow("m1 power-on to `done role=genesis (bootstrapped`", boot.Sub(m1.on), floor, 0, "m2 powered on beside it"),
-		ratioRow("**master join**: m2 power-on to `done role=master (joined`", got.done["m2"].Sub(m2.on), floor, 0,
+		ratioRow("**master join**: m2 power-on to `done role=master (joined`", m2done.Sub(m2.on), floor, 0,
 			"m2 powered on with m1, so it waits for m1's etcd"),
 		ratioRow("w1 power-on to `done role=worker (joined`", got.done["w1"].Sub(w1.on), floor, 0, "powered on once m2 had joined; stamped at its first Ready"),
 		ratioRow("**all Ready**: m1 power-on to the three Nodes Ready", got.ready.Sub(m1.on), floor, goalAllReady,
