@@ -48,9 +48,11 @@ unit: deps
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
 
-# The genesis scenarios run first, alone; then the one-vCPU boot
-# scenarios two at a time. The three-VM cluster scenario (45-55 min under
-# TCG) is make cluster-test, and part of make soak.
+# The two-node cluster scenario (genesis m1 with 2 vCPUs and worker w1,
+# with its whole-cluster power cut) and the genesis-join scenario run
+# first, alone; then the one-vCPU boot scenarios two at a time. The
+# three-VM cluster scenario (two masters: more than 2 host cores' worth
+# of TCG) is make cluster-test, and part of make soak.
 qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 

@@ -2,11 +2,14 @@ package qemutests
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
-	"net"
+	"slices"
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,17 +18,17 @@ import (
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 )
 
-// checkHardening: an anonymous request reaches /readyz and nothing else,
-// and a Secret written through the apiserver is encrypted in etcd, read
-// raw through etcdPort with the apiserver's etcd client certificate.
-func checkHardening(t *testing.T, kube kubernetes.Interface, cfg []byte, apiPort, etcdPort int) {
+// checkHardening: an anonymous request to the apiserver at base reaches
+// /readyz and nothing else, and a Secret written through the apiserver is
+// encrypted in etcd, read raw at etcdURL with the apiserver's etcd client
+// certificate; dial makes every connection.
+func checkHardening(t *testing.T, kube kubernetes.Interface, cfg []byte, base, etcdURL string, dial cluster.Dialer) {
 	t.Helper()
 	ctx := context.Background()
-	anon, err := cluster.AnonymousClient(cfg)
+	anon, err := cluster.AnonymousClient(cfg, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 	if err := clustercheck.AnonymousLimited(ctx, anon, base); err != nil {
 		t.Error(err)
 	}
@@ -34,12 +37,52 @@ func checkHardening(t *testing.T, kube kubernetes.Interface, cfg []byte, apiPort
 	if _, err := kube.CoreV1().Secrets("default").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the Secret: %v", err)
 	}
-	var d net.Dialer
-	raw, err := cluster.EtcdValue(ctx, cfg, fmt.Sprintf("https://127.0.0.1:%d", etcdPort), "/registry/secrets/default/"+secret.Name, d.DialContext)
+	raw, err := cluster.EtcdValue(ctx, cfg, etcdURL, "/registry/secrets/default/"+secret.Name, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := clustercheck.EncryptedAtRest(raw, plain); err != nil {
 		t.Error(err)
 	}
+}
+
+// checkClientCertRenewed: node's kubelet asked for a new client
+// certificate with its own, the controller-manager approved the request
+// by itself and issued a certificate that outlives the old one.
+func checkClientCertRenewed(t *testing.T, kube kubernetes.Interface, node string, oldEnd time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "node "+node+"'s kubelet client certificate renewed", 10*time.Minute, func() error {
+		csrs, err := kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, c := range csrs.Items {
+			if c.Spec.Username != "system:node:"+node || c.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+				continue
+			}
+			approved := slices.ContainsFunc(c.Status.Conditions, func(cond certificatesv1.CertificateSigningRequestCondition) bool {
+				return cond.Type == certificatesv1.CertificateApproved && cond.Reason == "AutoApproved"
+			})
+			seen = append(seen, fmt.Sprintf("%s approved=%t issued=%t", c.Name, approved, len(c.Status.Certificate) > 0))
+			if !approved || len(c.Status.Certificate) == 0 {
+				continue
+			}
+			b, _ := pem.Decode(c.Status.Certificate)
+			if b == nil {
+				return fmt.Errorf("CSR %s: the issued certificate is not PEM", c.Name)
+			}
+			cert, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return fmt.Errorf("CSR %s: %w", c.Name, err)
+			}
+			if cert.Subject.CommonName != "system:node:"+node || !cert.NotAfter.After(oldEnd.Add(time.Hour)) {
+				return fmt.Errorf("CSR %s issued %s until %s, want system:node:%s past %s", c.Name, cert.Subject, cert.NotAfter, node, oldEnd)
+			}
+			t.Logf("kubelet client certificate renewed through CSR %s: now valid until %s (was %s)", c.Name, cert.NotAfter.Format(time.RFC3339), oldEnd.Format(time.RFC3339))
+			return nil
+		}
+		return fmt.Errorf("no approved and issued CSR of system:node:%s yet (%v)", node, seen)
+	})
 }

@@ -158,8 +158,9 @@ func KilnImage(outDir string) (string, error) {
 }
 
 // AnonymousClient is an HTTPS client with no credentials that trusts the
-// cluster CA of cfg: what an anonymous caller of the apiserver is.
-func AnonymousClient(cfg []byte) (*http.Client, error) {
+// cluster CA of cfg: what an anonymous caller of the apiserver is. dial
+// makes its connections.
+func AnonymousClient(cfg []byte, dial Dialer) (*http.Client, error) {
 	ca, err := File(cfg, nodefile.PKIDir+"/ca.crt")
 	if err != nil {
 		return nil, err
@@ -168,6 +169,6 @@ func AnonymousClient(cfg []byte) (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, fmt.Errorf("%s/ca.crt: no certificate", nodefile.PKIDir)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DialContext: dial}
 	return &http.Client{Transport: tr, Timeout: 20 * time.Second}, nil
 }

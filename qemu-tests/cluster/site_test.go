@@ -13,39 +13,60 @@ import (
 	"github.com/kiln-project/kiln/site"
 )
 
-func TestClusterSiteRendersEveryNode(t *testing.T) {
-	s, err := site.Parse("cluster.yaml", []byte(ClusterSite()))
-	if err != nil {
-		t.Fatalf("the site does not validate: %v\n%s", err, ClusterSite())
+func TestTopologiesRenderEveryNode(t *testing.T) {
+	tests := []struct {
+		name  string
+		tp    Topology
+		nodes map[string]struct{ role, mac, addr string }
+		pods  int
+	}{
+		{"three nodes", ThreeNodes(), map[string]struct{ role, mac, addr string }{
+			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "w1": {"worker", W1MAC, W1Addr}}, 29},
+		{"two nodes", TwoNodes(), map[string]struct{ role, mac, addr string }{
+			"m1": {"genesis", M1MAC, M1Addr}, "w1": {"worker", W1MAC, W1Addr}}, 17},
 	}
-	want := map[string]struct{ role, mac, addr string }{
-		"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "w1": {"worker", W1MAC, W1Addr},
-	}
-	for _, n := range s.Nodes {
-		w := want[n.Name]
-		if n.Role != w.role || len(n.MACs) != 1 || !strings.EqualFold(n.MACs[0], w.mac) || n.Network.Address != w.addr || n.Network.Gateway != Gateway {
-			t.Errorf("node %s: %+v, want %+v", n.Name, n, w)
-		}
-	}
-	if got, ok := s.Nodes[2].Labels["node-role.kubernetes.io/worker"]; !ok || got != "" {
-		t.Errorf("w1's worker role label %q (%v)", got, ok)
-	}
-	if got := s.Nodes[2].Labels["kiln.dev/pool"]; got != "edge" {
-		t.Errorf("w1's pool label %q", got)
-	}
-	cfgs, err := Configs(ClusterSite(), filepath.Join(t.TempDir(), "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"m1", "m2", "w1"} {
-		if len(cfgs[name]) == 0 {
-			t.Errorf("no config for %s", name)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := site.Parse("cluster.yaml", []byte(tt.tp.Site()))
+			if err != nil {
+				t.Fatalf("the site does not validate: %v\n%s", err, tt.tp.Site())
+			}
+			if len(s.Nodes) != len(tt.nodes) {
+				t.Fatalf("%d nodes, want %d", len(s.Nodes), len(tt.nodes))
+			}
+			for _, n := range s.Nodes {
+				w, ok := tt.nodes[n.Name]
+				if !ok || n.Role != w.role || len(n.MACs) != 1 || !strings.EqualFold(n.MACs[0], w.mac) || n.Network.Address != w.addr || n.Network.Gateway != Gateway {
+					t.Errorf("node %s: %+v, want %+v", n.Name, n, w)
+				}
+				if n.Name != "w1" {
+					continue
+				}
+				if got, ok := n.Labels["node-role.kubernetes.io/worker"]; !ok || got != "" {
+					t.Errorf("w1's worker role label %q (%v)", got, ok)
+				}
+				if got := n.Labels["kiln.dev/pool"]; got != "edge" {
+					t.Errorf("w1's pool label %q", got)
+				}
+			}
+			if got := tt.tp.KubeSystemPods(); got != tt.pods {
+				t.Errorf("KubeSystemPods() = %d, want %d", got, tt.pods)
+			}
+			cfgs, err := Configs(tt.tp.Site(), filepath.Join(t.TempDir(), "pki"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range tt.nodes {
+				if len(cfgs[name]) == 0 {
+					t.Errorf("no config for %s", name)
+				}
+			}
+		})
 	}
 }
 
 func TestNetnsClientDialsTheServerAsWritten(t *testing.T) {
-	cfgs, err := Configs(ClusterSite(), filepath.Join(t.TempDir(), "pki"))
+	cfgs, err := Configs(ThreeNodes().Site(), filepath.Join(t.TempDir(), "pki"))
 	if err != nil {
 		t.Fatal(err)
 	}

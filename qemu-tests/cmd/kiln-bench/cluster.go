@@ -56,7 +56,7 @@ type clusterNode struct {
 
 func clusterNodes() []*clusterNode {
 	var out []*clusterNode
-	for _, m := range cluster.Machines() {
+	for _, m := range cluster.ThreeNodes().Machines {
 		out = append(out, &clusterNode{Machine: m})
 	}
 	return out
@@ -80,11 +80,11 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 	}
 	r.addTimeline("cluster", clusterTimeline, floorRow("plain boot of the same ISO (3 GiB, 1 vCPU)", floor.console))
 	pkiDir := filepath.Join(dir, "pki")
-	cfgs, err := cluster.Configs(cluster.ClusterSite(), pkiDir)
+	cfgs, err := cluster.Configs(cluster.ThreeNodes().Site(), pkiDir)
 	if err != nil {
 		return fmt.Errorf("cluster site configs: %w", err)
 	}
-	admin, err := cluster.AdminKubeconfig(cluster.ClusterSite(), pkiDir)
+	admin, err := cluster.AdminKubeconfig(cluster.ThreeNodes().Site(), pkiDir)
 	if err != nil {
 		return fmt.Errorf("cluster admin kubeconfig: %w", err)
 	}
@@ -226,10 +226,10 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 // the cut hits a settled cluster, not one still starting pods or
 // promoting m2's etcd.
 func (c *clusterRun) waitSettled(ctx context.Context) error {
-	what := fmt.Sprintf("at least %d kube-system pods running", cluster.KubeSystemPods)
+	what := fmt.Sprintf("at least %d kube-system pods running", cluster.ThreeNodes().KubeSystemPods())
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
 	if err := clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
-		return clustercheck.KubeSystemRunning(ctx, c.kube, cluster.KubeSystemPods, time.Time{})
+		return clustercheck.KubeSystemRunning(ctx, c.kube, cluster.ThreeNodes().KubeSystemPods(), time.Time{})
 	}); err != nil {
 		return err
 	}
