@@ -207,7 +207,7 @@ func (n *Node) waitSelfReady(ctx context.Context) error {
 		return err
 	}
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		return clustercheck.NodeReady(ctx, c.kube, n.file.Name, n.started)
+		return n.selfReady(ctx, c.kube)
 	})
 }
 

@@ -48,7 +48,7 @@ func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
 		return err
 	}
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		return rejected(clustercheck.NodeReady(ctx, kube, n.file.Name, n.started))
+		return rejected(n.selfReady(ctx, kube))
 	})
 }
 
