@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -96,16 +95,14 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 	for _, m := range tp.Machines {
 		nodes = append(nodes, &clusterVM{Machine: m})
 	}
-	// powerOn starts the machines that wait for after (its line, or its
-	// done line when line is "").
-	powerOn := func(after, line string) {
+	powerOn := func(after string) {
 		for _, n := range nodes {
-			if n.After == after && n.AfterLine == line && n.VM == nil {
+			if n.After == after && n.VM == nil {
 				n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
 			}
 		}
 	}
-	powerOn("", "")
+	powerOn("")
 	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
 	if err != nil {
 		t.Fatal(err)
@@ -119,21 +116,11 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 		}
 	})
 	for _, n := range nodes {
-		for _, d := range nodes {
-			if d.After == n.Name && d.AfterLine != "" {
-				line, err := n.WaitLine(t.Context(), regexp.MustCompile(d.AfterLine), joinBoot)
-				if err != nil {
-					t.Fatalf("%s waits to power on: %v", d.Name, err)
-				}
-				t.Logf("%s powers on: %s said %q", d.Name, n.Name, line)
-				powerOn(n.Name, d.AfterLine)
-			}
-		}
 		waitDone(t, tl, n, firstBootHow(n.Role))
 		if n.Name == "m1" {
 			expectFields(t, waitLine(t, n.VM, `probe: docker=`), map[string]string{"docker": "ok"})
 		}
-		powerOn(n.Name, "")
+		powerOn(n.Name)
 	}
 	checkWholeCluster(t, tp, seg, kube, cfgs["m1"], time.Time{})
 	m1IP := tp.Machines[0].IP()
