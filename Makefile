@@ -48,16 +48,17 @@ unit: deps
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
 
-# The two-node cluster scenario (genesis m1 with 2 vCPUs and worker w1,
-# with its whole-cluster power cut) and the genesis-join scenario run
-# first, alone; then the one-vCPU boot scenarios two at a time. The
-# three-VM cluster scenario (two masters: more than 2 host cores' worth
-# of TCG) is make cluster-test, and part of make soak.
+# The genesis scenarios run first, alone; then the one-vCPU boot
+# scenarios two at a time. The cluster scenarios are make cluster-test
+# (the two-node one by default, 32 min under TCG; CLUSTER_TESTS=
+# TestClusterJoinsAndSurvivesPowerCut for the three-VM one) and part of
+# make soak: with either, a cold make test goes over CI's 75 min budget.
 qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 55m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 
+CLUSTER_TESTS ?= TestTwoNodeClusterSurvivesPowerCut
 cluster-test: image
-	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run TestClusterJoinsAndSurvivesPowerCut ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '$(CLUSTER_TESTS)' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/
@@ -74,7 +75,7 @@ bench: deps bin/kiln
 
 # Not in CI (too long for its budget): beside a nice -n 19 CPU hog, the
 # cluster scenario with KILN_POWER_CUTS (default 3) whole-cluster power
-# cuts in a row, then the single-node genesis scenario with its power cut.
+# cuts in a row, then the two-node cluster scenario likewise.
 soak: image
 	bash scripts/soak.sh
 

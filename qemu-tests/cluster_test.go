@@ -50,11 +50,17 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 	clusterScenario(t, cluster.ThreeNodes())
 }
 
-// TestTwoNodeClusterSurvivesPowerCut is the cluster scenario of make test
-// (cluster.TwoNodes): genesis m1 and worker w1 powered on together. It
-// holds the single-node genesis checks too (the Docker probe, the
-// hardening, the kubelet's client certificate renewed through a CSR).
+// TestTwoNodeClusterSurvivesPowerCut is the cluster scenario that passes
+// on CI's 2 cores (cluster.TwoNodes): genesis m1, then worker w1. It holds
+// the single-node genesis checks too (the Docker probe, the hardening, the
+// kubelet's client certificate renewed through a CSR). It takes 32 min
+// under TCG, against 14-19 min for the single-node genesis scenario, and
+// a cold make test with it in place of that one measured 85 min, over
+// CI's 75 min budget: it runs in make cluster-test and make soak.
 func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
+	if os.Getenv("KILN_CLUSTER") != "1" {
+		t.Skip("the two-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): 32 min under TCG on 2 cores, beyond CI's budget beside the other scenarios")
+	}
 	clusterScenario(t, cluster.TwoNodes())
 }
 

@@ -3,7 +3,7 @@
 # nice -n 19 busy loop on one core beside the VMs, as a compile on a CI
 # machine or a small bare-metal box would be): the cluster scenario with
 # KILN_POWER_CUTS whole-cluster power cuts in a row (default 3), then the
-# single-node genesis scenario and its power cut. Needs the
+# two-node cluster scenario likewise. Needs the
 # image in $OUT (make image). Logs: $OUT/soak.log, consoles under
 # $OUT/qemu-logs/.
 set -euo pipefail
