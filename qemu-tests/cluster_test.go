@@ -55,7 +55,7 @@ func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
 // the single-node genesis checks too (the Docker probe, the hardening, the
 // kubelet's client certificate renewed through a CSR). It takes 32 min
 // under TCG, against 14-19 min for the single-node genesis scenario, and
-// a cold make test with it in place of that one measured 85 min, over
+// a cold make test with it in place of that one measured 83.6 min, over
 // CI's 75 min budget: it runs in make cluster-test and make soak.
 func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {

@@ -36,7 +36,8 @@ func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 // Ready. A file already there is never replaced. Failures are logged, not
 // returned: kiln-net writes the file anyway.
 func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
-	path := n.path(filepath.Join(manifests.CNIConfDir, kilnnet.ConfName))
+	conflist := filepath.Join(manifests.CNIConfDir, kilnnet.ConfName)
+	path := n.path(conflist)
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		return
 	}
@@ -52,5 +53,5 @@ func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
 		n.Log("writing the CNI configuration for pod CIDR %s before kiln-net does: %v (kiln-net writes it when it starts)", node.Spec.PodCIDR, err)
 		return
 	}
-	n.Log("CNI configuration %s written for pod CIDR %s (kiln-net keeps it from now on)", manifests.CNIConfDir+"/"+kilnnet.ConfName, node.Spec.PodCIDR)
+	n.Log("CNI configuration %s written for pod CIDR %s (kiln-net keeps it from now on)", conflist, node.Spec.PodCIDR)
 }
