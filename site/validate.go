@@ -129,10 +129,10 @@ func checkServiceCIDR(l *validation.List, p validation.Path, pre netip.Prefix) {
 	}
 }
 
-// nodePodBits is the prefix length of the block of pod addresses the
+// NodePodBits is the prefix length of the block of pod addresses the
 // controller-manager gives each node: its default for the family, as kiln
 // does not set --node-cidr-mask-size.
-func nodePodBits(a netip.Addr) int {
+func NodePodBits(a netip.Addr) int {
 	if a.Is4() {
 		return 24
 	}
@@ -141,7 +141,7 @@ func nodePodBits(a netip.Addr) int {
 
 // checkPodCIDR requires a node's block of pod addresses for every node.
 func checkPodCIDR(l *validation.List, p validation.Path, pre netip.Prefix, nodes int) {
-	block := nodePodBits(pre.Addr())
+	block := NodePodBits(pre.Addr())
 	need := bits.Len(uint(max(nodes, 1) - 1)) // bits to number the blocks
 	switch {
 	case pre.Bits() > block:

@@ -2,28 +2,52 @@ package role
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/site"
 )
 
+// PodCIDRRecord is the pod CIDR this node's Node was given, kept on the
+// state partition. The CNI configuration is on the tmpfs /etc and gone
+// after every reboot; from the record the agent writes it again before
+// the kubelet starts, so a restored node is Ready at its kubelet's first
+// status report instead of after its Node was read back through an
+// apiserver that is itself still starting.
+const PodCIDRRecord = "/var/lib/kiln/pod-cidr"
+
+// conflistPath is kiln-net's CNI configuration file.
+var conflistPath = filepath.Join(manifests.CNIConfDir, kilnnet.ConfName)
+
 // selfReady is one poll of this node's own Ready in a node-ready phase.
-// While the node is not Ready it also seeds the CNI configuration.
+// While the node is not Ready it also seeds the CNI configuration; once
+// it is, it records the Node's pod CIDR for the next boot.
 func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 	err := clustercheck.NodeReady(ctx, kube, n.file.Name, n.started)
 	if err != nil {
 		n.seedCNI(ctx, kube)
+		return err
 	}
-	return err
+	if node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{}); err == nil && node.Spec.PodCIDR != "" {
+		n.recordPodCIDR(node.Spec.PodCIDR)
+	}
+	return nil
 }
 
 // seedCNI writes kiln-net's conflist for the pod CIDR the
@@ -36,22 +60,139 @@ func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 // Ready. A file already there is never replaced. Failures are logged, not
 // returned: kiln-net writes the file anyway.
 func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
-	conflist := filepath.Join(manifests.CNIConfDir, kilnnet.ConfName)
-	path := n.path(conflist)
-	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+	if n.haveConflist() {
 		return
 	}
 	node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{})
 	if err != nil || node.Spec.PodCIDR == "" {
 		return
 	}
-	conf, err := kilnnet.Conflist(node.Spec.PodCIDR)
-	if err == nil {
-		err = atomicfile.WriteFile(path, conf, 0o644, nil)
-	}
-	if err != nil {
-		n.Log("writing the CNI configuration for pod CIDR %s before kiln-net does: %v (kiln-net writes it when it starts)", node.Spec.PodCIDR, err)
+	n.recordPodCIDR(node.Spec.PodCIDR)
+	n.writeConflist(node.Spec.PodCIDR, "kiln-net keeps it from now on")
+}
+
+// restoreCNI writes the conflist for the recorded pod CIDR before the
+// kubelet starts, on every boot after the one that learnt the CIDR. A
+// Node deleted and registered again may get another CIDR: kiln-net
+// rewrites the file then, and the node-ready phase the record.
+func (n *Node) restoreCNI() {
+	b, err := os.ReadFile(n.path(PodCIDRRecord))
+	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}
-	n.Log("CNI configuration %s written for pod CIDR %s (kiln-net keeps it from now on)", conflist, node.Spec.PodCIDR)
+	cidr := strings.TrimSpace(string(b))
+	if err == nil {
+		_, err = netip.ParsePrefix(cidr)
+	}
+	if err != nil {
+		n.Log("the recorded pod CIDR %s: %v (the CNI configuration waits for the Node's)", PodCIDRRecord, err)
+		return
+	}
+	if !n.haveConflist() {
+		n.writeConflist(cidr, "recorded by an earlier boot")
+	}
+}
+
+// recordPodCIDR keeps cidr in PodCIDRRecord unless it is there already.
+func (n *Node) recordPodCIDR(cidr string) {
+	if b, err := os.ReadFile(n.path(PodCIDRRecord)); err == nil && strings.TrimSpace(string(b)) == cidr {
+		return
+	}
+	if err := atomicfile.WriteFile(n.path(PodCIDRRecord), []byte(cidr+"\n"), 0o644, nil); err != nil {
+		n.Log("recording the pod CIDR %s in %s: %v (the next boot reads it from the Node)", cidr, PodCIDRRecord, err)
+	}
+}
+
+func (n *Node) haveConflist() bool {
+	_, err := os.Stat(n.path(conflistPath))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// writeConflist writes kiln-net's conflist for cidr; why ends the line
+// that says so.
+func (n *Node) writeConflist(cidr, why string) {
+	conf, err := kilnnet.Conflist(cidr)
+	if err == nil {
+		err = atomicfile.WriteFile(n.path(conflistPath), conf, 0o644, nil)
+	}
+	if err != nil {
+		n.Log("writing the CNI configuration for pod CIDR %s before kiln-net does: %v (kiln-net writes it when it starts)", cidr, err)
+		return
+	}
+	n.Log("CNI configuration %s written for pod CIDR %s (%s)", conflistPath, cidr, why)
+}
+
+// claimPodCIDR gives a new cluster's genesis Node the first block of the
+// pod network, the block the controller-manager's allocator gives the
+// first Node it sees, and writes the CNI configuration for it. The node
+// is then Ready without waiting for the controller-manager to elect
+// itself, sync its caches and start its node IPAM controller: 60-100 s
+// after the apiserver under TCG, most of what a genesis node waited for
+// between its add-ons and Ready. The allocator takes a Node's pod CIDR as
+// occupied when it starts, and finding it set, keeps it. When any Node has
+// a pod CIDR already the allocator is at work: its choice stands, and the
+// node-ready phase writes the configuration when it comes.
+func (n *Node) claimPodCIDR(ctx context.Context) error {
+	cluster, err := netip.ParsePrefix(n.file.Cluster.PodCIDR)
+	if err != nil {
+		return fmt.Errorf("the cluster's pod CIDR %q: %w", n.file.Cluster.PodCIDR, err)
+	}
+	block := netip.PrefixFrom(cluster.Masked().Addr(), site.NodePodBits(cluster.Addr())).String()
+	c, err := n.client(n.file.Address)
+	if err != nil {
+		return err
+	}
+	return clustercheck.Wait(ctx, "node "+n.file.Name+" with a pod CIDR", n.Wait, n.Log, func(ctx context.Context) error {
+		cidr, claimed, err := claimFirstBlock(ctx, c.kube, n.file.Name, block)
+		if err != nil || cidr == "" {
+			return err
+		}
+		n.recordPodCIDR(cidr)
+		why := "given by the controller-manager"
+		if claimed {
+			why = "claimed: the first block, before the controller-manager allocates"
+		}
+		if !n.haveConflist() {
+			n.writeConflist(cidr, why)
+		}
+		return nil
+	})
+}
+
+// claimFirstBlock sets block as name's pod CIDR when no Node has one, and
+// returns the pod CIDR name has then and whether it was this call that
+// set it; "" when another Node has one and name not yet (the allocator
+// is at work).
+func claimFirstBlock(ctx context.Context, kube kubernetes.Interface, name, block string) (cidr string, claimed bool, err error) {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, err
+	}
+	self := findNode(nodes.Items, name)
+	if self == nil {
+		return "", false, fmt.Errorf("node %s is not registered yet", name)
+	}
+	if self.Spec.PodCIDR != "" || slices.ContainsFunc(nodes.Items, func(nd corev1.Node) bool { return nd.Spec.PodCIDR != "" }) {
+		return self.Spec.PodCIDR, false, nil
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
+	if err != nil {
+		return "", false, err
+	}
+	// A pod CIDR set meanwhile makes this invalid (it is immutable once
+	// set); the next poll reads it.
+	got, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner})
+	if err != nil {
+		return "", false, fmt.Errorf("claiming pod CIDR %s for node %s: %w", block, name, err)
+	}
+	return got.Spec.PodCIDR, true, nil
+}
+
+func findNode(nodes []corev1.Node, name string) *corev1.Node {
+	for i := range nodes {
+		if nodes[i].Name == name {
+			return &nodes[i]
+		}
+	}
+	return nil
 }

@@ -76,3 +76,106 @@ func TestReadyWaitSeedsTheCNIConfiguration(t *testing.T) {
 		})
 	}
 }
+
+// A genesis node claims the first block of the pod network only while no
+// Node has a pod CIDR; otherwise the controller-manager's choice stands.
+func TestClaimFirstBlock(t *testing.T) {
+	node := func(name, cidr string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
+	}
+	for _, tc := range []struct {
+		name        string
+		nodes       []*corev1.Node
+		want        string
+		wantClaimed bool
+		wantErr     bool
+	}{
+		{"the only Node, no CIDR: claimed", []*corev1.Node{node("g1", "")}, "10.244.0.0/24", true, false},
+		{"given already: kept", []*corev1.Node{node("g1", "10.244.7.0/24")}, "10.244.7.0/24", false, false},
+		{"another Node has one: the allocator is at work", []*corev1.Node{node("w1", "10.244.0.0/24"), node("g1", "")}, "", false, false},
+		{"not registered yet", []*corev1.Node{node("w1", "")}, "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := fake.NewClientset()
+			for _, o := range tc.nodes {
+				if _, err := kube.CoreV1().Nodes().Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, claimed, err := claimFirstBlock(context.Background(), kube, "g1", "10.244.0.0/24")
+			if (err != nil) != tc.wantErr || got != tc.want || claimed != tc.wantClaimed {
+				t.Fatalf("claimFirstBlock = %q, %t, %v; want %q, %t, error %t", got, claimed, err, tc.want, tc.wantClaimed, tc.wantErr)
+			}
+			if !tc.wantClaimed {
+				return
+			}
+			g1, err := kube.CoreV1().Nodes().Get(context.Background(), "g1", metav1.GetOptions{})
+			if err != nil || g1.Spec.PodCIDR != tc.want || len(g1.Spec.PodCIDRs) != 1 || g1.Spec.PodCIDRs[0] != tc.want {
+				t.Errorf("node g1 afterwards: podCIDR %q podCIDRs %v (%v)", g1.Spec.PodCIDR, g1.Spec.PodCIDRs, err)
+			}
+		})
+	}
+}
+
+// Before the kubelet starts, the agent writes the conflist for the pod
+// CIDR an earlier boot recorded; a Ready node records its Node's CIDR.
+func TestRecordedPodCIDRRestoresTheCNIConfiguration(t *testing.T) {
+	want, err := kilnnet.Conflist("10.244.3.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		record   string // "": none
+		existing string
+		want     []byte
+	}{
+		{"recorded", "10.244.3.0/24\n", "", want},
+		{"nothing recorded", "", "", nil},
+		{"a record that is no CIDR", "10.244.3.0\n", "", nil},
+		{"a file already there", "10.244.3.0/24\n", "operator's\n", []byte("operator's\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write := func(p, s string) {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.record != "" {
+				write(PodCIDRRecord, tc.record)
+			}
+			if tc.existing != "" {
+				write(conflistPath, tc.existing)
+			}
+			n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}}
+			n.restoreCNI()
+			got, err := os.ReadFile(filepath.Join(root, conflistPath))
+			if tc.want == nil {
+				if err == nil {
+					t.Errorf("a conflist was written: %s", got)
+				}
+				return
+			}
+			if string(got) != string(tc.want) {
+				t.Errorf("conflist %q, want %q (%v)", got, tc.want, err)
+			}
+		})
+	}
+	t.Run("a Ready node records its pod CIDR", func(t *testing.T) {
+		root := t.TempDir()
+		kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.9.0/24"},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}}})
+		n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}, started: time.Now().Add(-time.Minute)}
+		if err := n.selfReady(context.Background(), kube); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(root, PodCIDRRecord))
+		if string(got) != "10.244.9.0/24\n" {
+			t.Errorf("record %q (%v), want the Node's pod CIDR", got, err)
+		}
+	})
+}

@@ -38,6 +38,7 @@ func (n *Node) genesisPhases() []phase {
 		{name: "start", run: n.startControlPlane},
 		{name: "apiserver", run: n.waitOwnAPIServer},
 		{name: "bootstrap", once: true, run: n.recordBootstrapped},
+		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
 		{name: "add-ons", once: true, run: n.applyAddOns},
 		{name: "label", once: true, run: n.labelSelf},
 		{name: "node-ready", run: n.waitSelfReady},
