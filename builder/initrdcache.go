@@ -34,7 +34,7 @@ import (
 // A cached initramfs is used only when its recipe key matches and every
 // ingredient still hashes the same; any change to a file dracut copied
 // (systemd, udev rules, a module) builds it again.
-const initrdCacheVersion = "initrd-cache v1"
+const initrdCacheVersion = "initrd-cache v2"
 
 // initrdEntry is one cached initramfs and the ingredients it was made from.
 type initrdEntry struct {
@@ -78,6 +78,13 @@ func hashTree(h io.Writer, rootfs, rel string, contents bool) error {
 			return err
 		}
 		name := strings.TrimPrefix(p, rootfs)
+		if d.IsDir() {
+			// A directory's size is the filesystem's, not content: the
+			// same tree extracted from the base cache's tar has other
+			// sizes than debootstrap left.
+			fmt.Fprintf(h, "%s %v\n", name, info.Mode())
+			return nil
+		}
 		fmt.Fprintf(h, "%s %v %d\n", name, info.Mode(), info.Size())
 		if !contents {
 			return nil
