@@ -147,3 +147,28 @@ func eachEntry(t *testing.T, r io.Reader, fn func(h *tar.Header, data io.Reader)
 		fn(h, tr)
 	}
 }
+
+// The layer is compressed once by kiln, not by the library on each use;
+// the archive must be the very bytes the library's own gzip -9 made
+// before, so archives cached and images built earlier stay valid. The
+// digest was taken from the library-compressed build of this spec.
+func TestArchiveDigestIsStable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	data := bytes.Repeat([]byte("kiln pause \x00\x01\x02 "), 50000)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Write(Spec{
+		Ref:        "kiln.local/pause:3.10",
+		Files:      []File{{Path: "/usr/bin/pause", Source: bin, Mode: 0o755}},
+		Entrypoint: []string{"/usr/bin/pause"},
+		Created:    time.Unix(1735689600, 0).UTC(),
+	}, filepath.Join(dir, "a.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "sha256:b5a8723aec52a147b9d36349c82d3f54a2860877b78e2d920edd965899689d5e"; res.Digest != want {
+		t.Errorf("digest %s, want %s", res.Digest, want)
+	}
+}
