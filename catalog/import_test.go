@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // fakeCtr is containerd as ctr shows it: ls lists what it holds; import
 // adds an archive's image, or fails for the archives in broken.
 type fakeCtr struct {
+	mu      sync.Mutex
 	refs    map[string]string // archive path -> the ref it holds
 	held    map[string]bool
 	broken  map[string]bool
@@ -23,6 +26,8 @@ type fakeCtr struct {
 }
 
 func (f *fakeCtr) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if name != "ctr" || len(args) < 4 || args[0] != "-n" || args[1] != Namespace {
 		return nil, fmt.Errorf("unexpected %s %v", name, args)
 	}
@@ -64,7 +69,7 @@ func stampOf(root string, im Image) string {
 func TestImportOnceThenOnlyCheck(t *testing.T) {
 	root, c, ctr := importFixture(t)
 	var log bytes.Buffer
-	if err := c.Import(context.Background(), root, ctr, &log, 0, nil); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &log, 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(ctr.imports) != len(c.Images) {
@@ -79,7 +84,7 @@ func TestImportOnceThenOnlyCheck(t *testing.T) {
 		}
 	}
 	ctr.imports = nil
-	if err := c.Import(context.Background(), root, ctr, &log, 0, nil); err != nil || len(ctr.imports) != 0 {
+	if err := c.Import(context.Background(), root, ctr, &log, 0, 1, nil); err != nil || len(ctr.imports) != 0 {
 		t.Errorf("second boot imported %v (%v), want nothing", ctr.imports, err)
 	}
 }
@@ -88,14 +93,14 @@ func TestImportOnceThenOnlyCheck(t *testing.T) {
 // image without a stamp (an import cut short) are both imported again.
 func TestImportRedoesWhatIsNotBothStampedAndHeld(t *testing.T) {
 	root, c, ctr := importFixture(t)
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	wiped, unstamped := c.Images[0], c.Images[1]
 	delete(ctr.held, wiped.Ref)
 	os.Remove(stampOf(root, unstamped))
 	ctr.imports = nil
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{filepath.Join(root, wiped.Archive), filepath.Join(root, unstamped.Archive)}
@@ -108,7 +113,7 @@ func TestImportFailures(t *testing.T) {
 	t.Run("ls fails", func(t *testing.T) {
 		root, c, ctr := importFixture(t)
 		ctr.lsErr = errors.New("connection refused")
-		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil)
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, 1, nil)
 		if !errors.Is(err, ctr.lsErr) || !strings.Contains(err.Error(), "listing containerd's images") {
 			t.Errorf("err = %v", err)
 		}
@@ -117,7 +122,7 @@ func TestImportFailures(t *testing.T) {
 		root, c, ctr := importFixture(t)
 		bad := c.Images[2]
 		ctr.broken[filepath.Join(root, bad.Archive)] = true
-		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, nil)
+		err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, 0, 1, nil)
 		if err == nil || !strings.Contains(err.Error(), "importing "+bad.Ref+" from "+bad.Archive) {
 			t.Fatalf("err = %v, want it to name the image and its archive", err)
 		}
@@ -163,17 +168,82 @@ func TestImportReadyAfterBootImages(t *testing.T) {
 		}
 		readyAt = len(ctr.imports)
 	}
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, ready); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, 1, ready); err != nil {
 		t.Fatal(err)
 	}
 	if readyAt != boot || len(ctr.imports) != len(c.Images) {
 		t.Errorf("ready after %d of %d imports, want after %d", readyAt, len(ctr.imports), boot)
 	}
 	readyAt = -1
-	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, ready); err != nil {
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, 1, ready); err != nil {
 		t.Fatal(err)
 	}
 	if readyAt != len(c.Images) {
 		t.Errorf("second boot: ready after %d imports, want none left (%d)", readyAt, len(c.Images))
+	}
+}
+
+// slowCtr imports each archive in a few milliseconds and records how many
+// ran at once, and which began before the kubelet was let go.
+type slowCtr struct {
+	mu            sync.Mutex
+	running, most int
+	started       []string
+	readyAt       int // len(started) when ready was called; -1 before
+}
+
+func (s *slowCtr) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	if args[3] == "ls" {
+		return []byte("REF TYPE DIGEST\n"), nil
+	}
+	s.mu.Lock()
+	s.running++
+	s.most = max(s.most, s.running)
+	s.started = append(s.started, args[4])
+	s.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	s.mu.Lock()
+	s.running--
+	s.mu.Unlock()
+	return nil, nil
+}
+
+// Imports run up to the given number at once, the boot images all
+// before ready and the rest after it.
+func TestImportRunsInParallelBootImagesFirst(t *testing.T) {
+	for _, parallel := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint(parallel), func(t *testing.T) {
+			root, full, _ := importFixture(t)
+			c, boot := full.ForRole("master")
+			ctr := &slowCtr{readyAt: -1}
+			ready := func() {
+				ctr.mu.Lock()
+				defer ctr.mu.Unlock()
+				ctr.readyAt = len(ctr.started)
+				if ctr.running != 0 {
+					t.Errorf("ready while %d imports still run", ctr.running)
+				}
+			}
+			var log bytes.Buffer
+			if err := c.Import(context.Background(), root, ctr, &log, boot, parallel, ready); err != nil {
+				t.Fatal(err)
+			}
+			if ctr.most != min(parallel, boot) {
+				t.Errorf("%d imports ran at once, want %d", ctr.most, min(parallel, boot))
+			}
+			if ctr.readyAt != boot || len(ctr.started) != len(c.Images) {
+				t.Errorf("ready after %d of %d imports started, want after %d", ctr.readyAt, len(ctr.started), boot)
+			}
+			var bootArchives []string
+			for _, im := range c.Images[:boot] {
+				bootArchives = append(bootArchives, filepath.Join(root, im.Archive))
+			}
+			if !slices.Equal(slices.Sorted(slices.Values(ctr.started[:boot])), slices.Sorted(slices.Values(bootArchives))) {
+				t.Errorf("started %v before ready, want the boot images %v", ctr.started[:boot], bootArchives)
+			}
+			if n := strings.Count(log.String(), "imported "); n != len(c.Images) {
+				t.Errorf("%d import lines, want %d:\n%s", n, len(c.Images), log.String())
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -74,7 +75,10 @@ Ends with "kiln-firstboot: done role=<role>" or "kiln-firstboot: error: ...".`,
 
 func newImagesCmd() *cobra.Command {
 	images := &cobra.Command{Use: "images", Short: "The container images baked into this node image"}
-	var root string
+	var (
+		root     string
+		parallel int
+	)
 	imp := &cobra.Command{
 		Use:   "import",
 		Short: "Import the baked image archives into containerd (run by kiln-images.service)",
@@ -83,7 +87,8 @@ k8s.io namespace, skipping those imported before (containerd's store is on the
 state partition). A node imports the images its role (from /etc/kiln/node.json)
 can run: a worker has no control-plane image. The pause sandbox and the images
 of the node's static pods come first; then it tells systemd it is ready (the
-kubelet is ordered after it) and imports the add-ons' images.`,
+kubelet is ordered after it) and imports the add-ons' images. Up to --parallel
+archives are imported at once (containerd unpacks each on one core).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := catalog.Read(root + catalog.Path)
@@ -98,10 +103,11 @@ kubelet is ordered after it) and imports the add-ons' images.`,
 			// kiln-images.service is Type=notify: the kubelet, ordered
 			// after it, starts once its static pods' images are in.
 			ready := func() { daemon.SdNotify(false, daemon.SdNotifyReady) }
-			return mine.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout(), boot, ready)
+			return mine.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout(), boot, parallel, ready)
 		},
 	}
 	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
+	imp.Flags().IntVar(&parallel, "parallel", runtime.NumCPU(), "how many archives to import at once (default: the node's CPUs)")
 	images.AddCommand(imp)
 	return images
 }
