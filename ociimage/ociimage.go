@@ -87,10 +87,11 @@ func Build(s Spec) (v1.Image, error) {
 	// measured too: the squashfs was 11 MB smaller, but a genesis node's
 	// import took 2.3x as long (every layer read, hashed and written
 	// three times its gzip size under emulation).
-	// Compressed here, once: a layer given uncompressed is compressed
-	// again each time the library hashes or writes it (three gzip -9 runs
-	// of the 21 MB kiln binary, 12 s of a rebuild after a kiln change).
-	// The bytes are the same compress/gzip output the library made.
+	// Compressed here, once: a layer given uncompressed is compressed by
+	// the library each time it hashes or writes it, twice per archive
+	// (gzip -9 of the 63 MB kiln binary takes 5 s here, on every rebuild
+	// after a kiln change). The bytes are the compress/gzip output the
+	// library made.
 	gz, err := gzipBest(layerData)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", s.Ref, err)
