@@ -20,6 +20,7 @@ import (
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/syncwriter"
 )
 
 // Options configure one build.
@@ -65,7 +66,7 @@ func Build(ctx context.Context, opts Options) error {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	opts.Progress = &lockedWriter{w: opts.Progress} // the early builds log too
+	opts.Progress = syncwriter.New(opts.Progress) // the early builds log too
 	unlock, err := lockCache(opts.CacheDir)
 	if err != nil {
 		return err

@@ -4,21 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 )
-
-// lockedWriter serialises writes from the steps and the early builds.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
 
 // step is one stage of the build pipeline.
 type step struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/syncwriter"
 )
 
 // Runner runs ctr on the node.
@@ -43,7 +44,7 @@ func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Wr
 	}
 	have := parseImageList(string(out))
 	boot = min(boot, len(c.Images))
-	log = &lockedWriter{w: log}
+	log = syncwriter.New(log) // the imports running at once write whole lines
 	if err := c.importEach(ctx, root, ctr, log, c.Images[:boot], have, parallel); err != nil {
 		return err
 	}
@@ -85,18 +86,6 @@ func importOne(ctx context.Context, root string, ctr Runner, log io.Writer, im I
 	}
 	fmt.Fprintf(log, "imported %s (%s) in %s\n", im.Ref, im.Digest, time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// lockedWriter lets the imports running at once write whole lines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // parseImageList reads `ctr images ls`: REF TYPE DIGEST ... per line.

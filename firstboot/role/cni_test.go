@@ -63,16 +63,7 @@ func TestReadyWaitSeedsTheCNIConfiguration(t *testing.T) {
 			if tc.ready != (err == nil) {
 				t.Errorf("selfReady: %v, want ready=%t", err, tc.ready)
 			}
-			got, err := os.ReadFile(path)
-			if tc.want == nil {
-				if err == nil {
-					t.Errorf("a conflist was written: %s", got)
-				}
-				return
-			}
-			if string(got) != string(tc.want) {
-				t.Errorf("conflist %q, want %q (%v)", got, tc.want, err)
-			}
+			checkConflist(t, path, tc.want)
 		})
 	}
 }
@@ -153,16 +144,7 @@ func TestRecordedPodCIDRRestoresTheCNIConfiguration(t *testing.T) {
 			}
 			n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}}
 			n.restoreCNI()
-			got, err := os.ReadFile(filepath.Join(root, conflistPath))
-			if tc.want == nil {
-				if err == nil {
-					t.Errorf("a conflist was written: %s", got)
-				}
-				return
-			}
-			if string(got) != string(tc.want) {
-				t.Errorf("conflist %q, want %q (%v)", got, tc.want, err)
-			}
+			checkConflist(t, filepath.Join(root, conflistPath), tc.want)
 		})
 	}
 	t.Run("a Ready node records its pod CIDR", func(t *testing.T) {
@@ -178,4 +160,19 @@ func TestRecordedPodCIDRRestoresTheCNIConfiguration(t *testing.T) {
 			t.Errorf("record %q (%v), want the Node's pod CIDR", got, err)
 		}
 	})
+}
+
+// checkConflist wants the file at path to hold want, or no file for nil.
+func checkConflist(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if want == nil {
+		if err == nil {
+			t.Errorf("a conflist was written: %s", got)
+		}
+		return
+	}
+	if string(got) != string(want) {
+		t.Errorf("conflist %q, want %q (%v)", got, want, err)
+	}
 }
