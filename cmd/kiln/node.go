@@ -40,10 +40,16 @@ func newRoleCmd() *cobra.Command {
 genesis: refuse if etcd already answers at another master of the site; write the
 control plane's static pods (on the state partition), the node-local CoreDNS and
 the kubelet config; start the kubelet; wait for the apiserver through the
-discovery name; apply the add-ons (kiln-net CNI, kube-proxy, cluster DNS) by
-server-side apply; label the node; validate with a pod that resolves the
-kubernetes service and whose logs are read back. Later boots let the kubelet
-restore the control plane from the persisted manifests and wait for Ready.
+discovery name; give its own Node the pod network's first block when no Node
+has a pod CIDR yet and write the CNI configuration for it; apply the add-ons
+(kiln-net CNI, kube-proxy, cluster DNS) by server-side apply; label the node;
+validate with a pod that resolves the kubernetes service and whose logs are
+read back. Later boots let the kubelet restore the control plane from the
+persisted manifests and wait for Ready.
+
+Every role records its Node's pod CIDR on the state partition
+(/var/lib/kiln/pod-cidr) and writes the CNI configuration from it before the
+kubelet starts on every later boot.
 A genesis node whose cluster already exists (another master's etcd answers)
 joins it as a master instead.
 
