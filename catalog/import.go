@@ -45,18 +45,18 @@ func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Wr
 	have := parseImageList(string(out))
 	boot = min(boot, len(c.Images))
 	log = syncwriter.New(log) // the imports running at once write whole lines
-	if err := c.importEach(ctx, root, ctr, log, c.Images[:boot], have, parallel); err != nil {
+	if err := importEach(ctx, root, ctr, log, c.Images[:boot], have, parallel); err != nil {
 		return err
 	}
 	if ready != nil {
 		ready()
 	}
-	return c.importEach(ctx, root, ctr, log, c.Images[boot:], have, parallel)
+	return importEach(ctx, root, ctr, log, c.Images[boot:], have, parallel)
 }
 
 // importEach imports the images not both stamped and held, up to
 // parallel at once, and returns the first failure once all have ended.
-func (c *Catalog) importEach(ctx context.Context, root string, ctr Runner, log io.Writer, images []Image, have map[string]string, parallel int) error {
+func importEach(ctx context.Context, root string, ctr Runner, log io.Writer, images []Image, have map[string]string, parallel int) error {
 	slots := make(chan struct{}, max(parallel, 1))
 	errs := make([]error, len(images))
 	var wg sync.WaitGroup

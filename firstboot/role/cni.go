@@ -61,14 +61,14 @@ func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 // returned: kiln-net writes the file anyway.
 func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
 	if n.haveConflist() {
-		return
+		return // no need to read the Node
 	}
 	node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{})
 	if err != nil || node.Spec.PodCIDR == "" {
 		return
 	}
 	n.recordPodCIDR(node.Spec.PodCIDR)
-	n.writeConflist(node.Spec.PodCIDR, "kiln-net keeps it from now on")
+	n.seedConflist(node.Spec.PodCIDR, "kiln-net keeps it from now on")
 }
 
 // restoreCNI writes the conflist for the recorded pod CIDR before the
@@ -88,9 +88,7 @@ func (n *Node) restoreCNI() {
 		n.Log("the recorded pod CIDR %s: %v (the CNI configuration waits for the Node's)", PodCIDRRecord, err)
 		return
 	}
-	if !n.haveConflist() {
-		n.writeConflist(cidr, "recorded by an earlier boot")
-	}
+	n.seedConflist(cidr, "recorded by an earlier boot")
 }
 
 // recordPodCIDR keeps cidr in PodCIDRRecord unless it is there already.
@@ -108,9 +106,13 @@ func (n *Node) haveConflist() bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-// writeConflist writes kiln-net's conflist for cidr; why ends the line
-// that says so.
-func (n *Node) writeConflist(cidr, why string) {
+// seedConflist writes kiln-net's conflist for cidr unless a file is
+// there already (kiln-net's, or an operator's: never replaced); why ends
+// the line that says so.
+func (n *Node) seedConflist(cidr, why string) {
+	if n.haveConflist() {
+		return
+	}
 	conf, err := kilnnet.Conflist(cidr)
 	if err == nil {
 		err = atomicfile.WriteFile(n.path(conflistPath), conf, 0o644, nil)
@@ -152,9 +154,7 @@ func (n *Node) claimPodCIDR(ctx context.Context) error {
 		if claimed {
 			why = "claimed: the first block, before the controller-manager allocates"
 		}
-		if !n.haveConflist() {
-			n.writeConflist(cidr, why)
-		}
+		n.seedConflist(cidr, why)
 		return nil
 	})
 }
@@ -172,7 +172,7 @@ func claimFirstBlock(ctx context.Context, kube kubernetes.Interface, name, block
 	if self == nil {
 		return "", false, fmt.Errorf("node %s is not registered yet", name)
 	}
-	if self.Spec.PodCIDR != "" || slices.ContainsFunc(nodes.Items, func(nd corev1.Node) bool { return nd.Spec.PodCIDR != "" }) {
+	if slices.ContainsFunc(nodes.Items, func(nd corev1.Node) bool { return nd.Spec.PodCIDR != "" }) {
 		return self.Spec.PodCIDR, false, nil
 	}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
