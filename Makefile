@@ -54,11 +54,11 @@ integration: image
 # scenarios make test leaves out: the two-node cluster by default,
 # CLUSTER_TESTS=TestGenesisBootsAndSurvivesPowerCut for genesis alone.
 qemu-test: image
-	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 80m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 2 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 
 CLUSTER_TESTS ?= TestTwoNodeClusterSurvivesPowerCut
 cluster-test: image
-	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '^($(CLUSTER_TESTS))$$' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '^($(CLUSTER_TESTS))$$' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/
@@ -74,8 +74,10 @@ bench: deps bin/kiln
 	bash scripts/bench.sh
 
 # Not in CI (too long for its budget): beside a nice -n 19 CPU hog, the
-# cluster scenario with KILN_POWER_CUTS (default 3) whole-cluster power
-# cuts in a row, then the two-node cluster scenario likewise.
+# three-VM cluster scenario with KILN_POWER_CUTS (default 3) whole-cluster
+# power cuts in a row and then the re-imaging steps (w1 re-imaged, m2
+# removed with kiln node remove and re-imaged), then the two-node cluster
+# scenario likewise (SOAK_TESTS picks the scenarios).
 soak: image
 	bash scripts/soak.sh
 

@@ -137,7 +137,7 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 		namedCheck{"cluster DNS from w1", func(t *testing.T) { checkClusterDNS(t, kube, image) }},
 		namedCheck{"kubectl with admin.kubeconfig as written", func(t *testing.T) { kubectlGetNodes(t, tp, seg, admin) }},
 		namedCheck{"pod network w1 to m1", func(t *testing.T) { checkPodNetwork(t, kube, image) }},
-		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFromWorker(t, tp, kube, image) }},
+		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFromWorker(t, tp.Masters(), nil, kube, image) }},
 		namedCheck{"hardening", func(t *testing.T) {
 			checkHardening(t, kube, cfgs["m1"], "https://"+m1IP+":6443", "https://"+m1IP+":2379", seg.DialContext)
 		}},
@@ -147,6 +147,9 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 		wholeClusterPowerCut(t, tp, seg, kube, tl, nodes, cfgs["m1"], image, cut)
 	}
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
+	if lifecycleAsked() && len(tp.Masters()) > 1 {
+		reimageAndMoveMasters(t, tp, seg, kube, tl, nodes, cfgs, dir, pkiDir, image)
+	}
 }
 
 // firstBootHow is how a role's first boot ends on the console.
@@ -462,18 +465,24 @@ func checkPodNetwork(t *testing.T, kube kubernetes.Interface, image string) {
 }
 
 // checkDiscoveryFromWorker asks w1's node-local CoreDNS (from a host
-// network pod on w1) for the discovery name: every master answers.
-func checkDiscoveryFromWorker(t *testing.T, tp cluster.Topology, kube kubernetes.Interface, image string) {
+// network pod on w1) for the discovery name: every master of want
+// answers, none of gone does.
+func checkDiscoveryFromWorker(t *testing.T, want, gone []cluster.Machine, kube kubernetes.Interface, image string) {
 	t.Helper()
 	pod := clustercheck.CheckPod("discovery-check", image, "w1", "dns", "--retry", "60s", "kube-apiserver.kiln.internal")
 	pod.Spec.HostNetwork = true
 	pod.Spec.DNSPolicy = corev1.DNSNone
 	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}}
-	eventually(t, "the discovery name from w1 lists every master", 3*time.Minute, func() error {
+	eventually(t, "the discovery name from w1 lists the masters serving", 3*time.Minute, func() error {
 		_, logs := runCheckPod(t, kube, pod)
-		for _, m := range tp.Masters() {
+		for _, m := range want {
 			if !strings.Contains(logs, m.IP()) {
 				return fmt.Errorf("w1's node-local DNS: %q, want %s", logs, m.IP())
+			}
+		}
+		for _, m := range gone {
+			if strings.Contains(logs, m.IP()) {
+				return fmt.Errorf("w1's node-local DNS: %q, still lists %s", logs, m.IP())
 			}
 		}
 		return nil

@@ -118,23 +118,29 @@ func newNodeRemoveCmd() *cobra.Command {
 		Short: "Take a node out of the cluster: cordon, drain, leave etcd, delete the Node",
 		Long: `Take the node NAME out of the cluster, in named steps, each saying what it did:
 
-  [1/5] check        for a master: refuse, before anything changes, when removing
-                     its etcd member would leave no master, or would leave etcd
-                     without quorum (a quorum must answer now for the removal to
-                     commit, and a quorum of the members that remain after it).
-                     The refusal says why and what to do.
-  [2/5] cordon       mark the Node unschedulable
-  [3/5] drain        evict its pods through the eviction API, as kubectl drain
-                     does: DaemonSet pods and static pods stay; pods with emptyDir
-                     data (--delete-emptydir-data) and pods no controller manages
-                     (--evict-unmanaged) are refused, and on a Ready node the
-                     drain then stops before evicting anything, naming them.
-                     Bounded by --timeout: past it the drain of a node that is not
-                     Ready (down) is skipped with a message and the removal goes
-                     on; on a Ready node it fails, naming the pods left.
-  [4/5] etcd-member  for a master: remove its etcd member (by name or peer URL),
-                     checking quorum again; a member already gone is done
-  [5/5] delete-node  delete the Node (the pods still bound to it go with it)
+  [1/7] check         for a master: refuse, before anything changes, when removing
+                      its etcd member would leave no master, or would leave etcd
+                      without quorum (a quorum must answer now for the removal to
+                      commit, and a quorum of the members that remain after it).
+                      The refusal says why and what to do.
+  [2/7] cordon        mark the Node unschedulable
+  [3/7] drain         evict its pods through the eviction API, as kubectl drain
+                      does: DaemonSet pods and static pods stay; pods with emptyDir
+                      data (--delete-emptydir-data) and pods no controller manages
+                      (--evict-unmanaged) are refused, and on a Ready node the
+                      drain then stops before evicting anything, naming them.
+                      Bounded by --timeout: past it the drain of a node that is not
+                      Ready (down) is skipped with a message and the removal goes
+                      on; on a Ready node it fails, naming the pods left.
+  [4/7] etcd-member   for a master: remove its etcd member (by name or peer URL),
+                      checking quorum again; a member already gone is done
+  [5/7] mark-removed  annotate the Node kiln.dev/removed: the node's kiln-leave
+                      service stops its kubelet and pods and keeps them stopped
+                      on every later boot, until the machine is re-imaged
+  [6/7] wait-left     wait (--leave-timeout) for a Ready node to answer that it
+                      stopped; a node that is down is not waited for: keep it
+                      off or re-image it
+  [7/7] delete-node   delete the Node (the pods still bound to it go with it)
 
 Every step is idempotent: a second run finishes what an interrupted one started.
 NAME may be a node of the site, a Node of the cluster or an etcd member's name.
@@ -144,9 +150,8 @@ apiserver stops with its etcd member.
 Exit status: 1 when kiln refuses or a step fails (the message names the step),
 2 for a usage error (an unknown node, a missing site file or PKI directory).
 
-Not built yet: a removed node that still runs is not stopped by kiln (power
-it off or re-image it, or its kubelet registers the Node again), and removal
-through the API. See docs/operations.md.`,
+Not built yet: removal through the API (deleting a master's Node object does
+not yet remove its etcd member). See docs/operations.md.`,
 		Example: `  kiln node remove w1 -f site.yaml --pki pki/
   kiln node remove m2 -f site.yaml --pki pki/ --timeout 10m --delete-emptydir-data`,
 		Args: cobra.ExactArgs(1),
