@@ -124,13 +124,11 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(ctx, kube))
 		}
 	})
-	for _, n := range nodes {
+	for _, n := range waitOrder(nodes) {
 		waitDone(t, tl, n, firstBootHow(n.Role))
-		if n.Name == "m1" {
-			expectFields(t, waitLine(t, n.VM, `probe: docker=`), map[string]string{"docker": "ok"})
-		}
 		powerOn(n.Name)
 	}
+	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	checkWholeCluster(t, tp, seg, kube, cfgs["m1"], time.Time{})
 	m1IP := tp.Machines[0].IP()
 	parallelChecks(t, "joined",
@@ -150,6 +148,26 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 	if lifecycleAsked() && len(tp.Masters()) > 1 {
 		reimageAndMoveMasters(t, tp, seg, kube, tl, nodes, cfgs, dir, pkiDir, image)
 	}
+}
+
+// waitOrder is the order in which the scenario waits for the machines'
+// first boots: first those another machine is powered on after, so it
+// powers on as soon as they are done (m2 before m1, whose genesis
+// validation can outlast m2's join), then the rest.
+func waitOrder(nodes []*clusterVM) []*clusterVM {
+	awaited := map[string]bool{}
+	for _, n := range nodes {
+		awaited[n.After] = true
+	}
+	var first, rest []*clusterVM
+	for _, n := range nodes {
+		if awaited[n.Name] {
+			first = append(first, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	return append(first, rest...)
 }
 
 // firstBootHow is how a role's first boot ends on the console.
@@ -329,7 +347,14 @@ func waitDone(t *testing.T, tl *bootTimeline, n *clusterVM, how string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s boot %d: %s (%s after power-on)", n.Name, n.Boot(), line, n.Uptime().Round(time.Second))
+	at := n.Uptime()
+	for _, l := range n.Console() {
+		if l.Text == line {
+			at = l.At // the line may have come before this wait began
+			break
+		}
+	}
+	t.Logf("%s boot %d: %s (%s after power-on)", n.Name, n.Boot(), line, at.Round(time.Second))
 }
 
 // checkWholeCluster: every Node Ready from a heartbeat since, w1 labelled,
@@ -534,4 +559,27 @@ func kubernetesBinary(t *testing.T, program string) string {
 		t.Fatal(err)
 	}
 	return bins[program]
+}
+
+// The scenario waits first for the machines others are powered on after.
+func TestWaitOrderPutsAwaitedMachinesFirst(t *testing.T) {
+	for _, tc := range []struct {
+		tp   cluster.Topology
+		want []string
+	}{
+		{cluster.ThreeNodes(), []string{"m2", "m1", "w1"}},
+		{cluster.TwoNodes(), []string{"m1", "w1"}},
+	} {
+		var nodes []*clusterVM
+		for _, m := range tc.tp.Machines {
+			nodes = append(nodes, &clusterVM{Machine: m})
+		}
+		var got []string
+		for _, n := range waitOrder(nodes) {
+			got = append(got, n.Name)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("waitOrder(%v) = %v, want %v", tc.tp.Names(), got, tc.want)
+		}
+	}
 }
