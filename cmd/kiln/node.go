@@ -55,7 +55,8 @@ joins it as a master instead.
 
 master: wait until another master's etcd answers (refused at once when its
 certificates are from another site's CAs), then until a master's Node is Ready
-(the cluster has finished its own bootstrap) and this node's images are in;
+and cluster DNS serves (the cluster has finished its own bootstrap) and this
+node's images are in;
 join etcd as a learner, start it, get it promoted; only then start the
 apiserver, controller-manager and scheduler, label the node and wait for Ready.
 Each phase is stamped on the state partition when done: a join cut short by a

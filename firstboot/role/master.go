@@ -7,14 +7,17 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
 // masterPhases join the control plane: wait until a master of the site
-// answers, its cluster has settled (a master's Node Ready) and the
+// answers, its cluster has settled (a master's Node Ready, cluster DNS
+// serving) and the
 // node's images are in, join etcd as a learner and get promoted, and only
 // then start the apiserver, controller-manager and scheduler; the anchors
 // take over once the node carries the master label.
@@ -65,12 +68,14 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 }
 
 // waitSettled waits, saying so every 30 s, until a master that answered
-// serves the API and its Node is Ready: the cluster has finished its own
-// bootstrap. A member added before that turns a genesis node's
-// one-member etcd into a two-member quorum while both machines are at
-// their busiest, and every write of the bootstrap then waits for the
-// joiner: in the QEMU cluster (one vCPU per VM) m1's apiserver never
-// became ready once m2's learner was promoted.
+// serves the API, its Node is Ready and cluster DNS has a ready endpoint:
+// the cluster has finished its own bootstrap. A member added before that
+// turns a genesis node's one-member etcd into a two-member quorum while
+// both machines are at their busiest, and every write of the bootstrap
+// then waits for the joiner: in the QEMU cluster (one vCPU per VM) m1's
+// apiserver never became ready once m2's learner was promoted, and when
+// m2 joined as soon as m1's Node was Ready, m1's cluster DNS took 8m41s
+// to start instead of 3 min.
 func (n *Node) waitSettled(ctx context.Context) error {
 	var masters []nodefile.Member
 	for _, m := range n.otherMasters() {
@@ -78,8 +83,8 @@ func (n *Node) waitSettled(ctx context.Context) error {
 			masters = append(masters, m)
 		}
 	}
-	return clustercheck.Wait(ctx, "a master's Node Ready (the cluster settled)", n.Wait, n.Log, func(ctx context.Context) error {
-		return firstReadyMaster(ctx, masters, n.apiAt)
+	return clustercheck.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", n.Wait, n.Log, func(ctx context.Context) error {
+		return firstSettledMaster(ctx, masters, n.apiAt)
 	})
 }
 
@@ -96,14 +101,18 @@ func (n *Node) apiAt(address string) (kubernetes.Interface, error) {
 	return c.kube, nil
 }
 
-// firstReadyMaster is nil once one of masters, asked through its own
-// apiserver, reports its Node Ready; otherwise the first master's reason.
-func firstReadyMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(address string) (kubernetes.Interface, error)) error {
+// firstSettledMaster is nil once one of masters, asked through its own
+// apiserver, reports its Node Ready and a ready endpoint of cluster DNS;
+// otherwise the first master's reason.
+func firstSettledMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(address string) (kubernetes.Interface, error)) error {
 	var doubt error
 	for _, m := range masters {
 		kube, err := kubeAt(m.Address)
 		if err == nil {
 			err = clustercheck.NodeReady(ctx, kube, m.Name, time.Time{})
+		}
+		if err == nil {
+			err = clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
 		}
 		if err == nil {
 			return nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -320,12 +321,17 @@ func TestMasterWaitsForItsImages(t *testing.T) {
 }
 
 // A joining master adds nothing to etcd until one master, asked through
-// its own apiserver, has its Node Ready: the genesis node's bootstrap is
-// over.
+// its own apiserver, has its Node Ready and cluster DNS serving: the
+// genesis node's bootstrap is over.
 func TestMasterWaitsForASettledCluster(t *testing.T) {
 	node := func(name string, ready corev1.ConditionStatus) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Message: "kubelet says " + string(ready)}}}}
+	}
+	dns := func(ready bool) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-x", Namespace: "kube-system",
+			Labels: map[string]string{discoveryv1.LabelServiceName: manifests.ClusterDNSService}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
 	}
 	masters := []nodefile.Member{{Name: "m1", Address: "10.0.0.1"}, {Name: "m3", Address: "10.0.0.3"}}
 	down := errors.New("dial tcp: connection refused")
@@ -338,10 +344,14 @@ func TestMasterWaitsForASettledCluster(t *testing.T) {
 			"master m1 (10.0.0.1): node m1: Ready=False"},
 		{"no apiserver yet", map[string]*fake.Clientset{}, "master m1 (10.0.0.1): dial tcp: connection refused"},
 		{"node not registered yet", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset()}, `nodes "m1" not found`},
-		{"genesis Ready", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionTrue))}, ""},
-		{"another master Ready", map[string]*fake.Clientset{"10.0.0.3": fake.NewSimpleClientset(node("m3", corev1.ConditionTrue))}, ""},
+		{"genesis Ready, no cluster DNS yet", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionTrue))},
+			"service kube-system/kube-dns: no ready endpoint (0 not ready)"},
+		{"genesis Ready, cluster DNS starting", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionTrue), dns(false))},
+			"no ready endpoint (1 not ready)"},
+		{"genesis Ready, cluster DNS serving", map[string]*fake.Clientset{"10.0.0.1": fake.NewSimpleClientset(node("m1", corev1.ConditionTrue), dns(true))}, ""},
+		{"another master settled", map[string]*fake.Clientset{"10.0.0.3": fake.NewSimpleClientset(node("m3", corev1.ConditionTrue), dns(true))}, ""},
 	} {
-		err := firstReadyMaster(context.Background(), masters, func(address string) (kubernetes.Interface, error) {
+		err := firstSettledMaster(context.Background(), masters, func(address string) (kubernetes.Interface, error) {
 			if c, ok := tc.apis[address]; ok {
 				return c, nil
 			}
