@@ -23,7 +23,7 @@ const (
 // for the state partition. Each config carries the Ignition conformance
 // cases of its spec version (3.0 and 3.1), whose checks must pass.
 func TestISOAppliesConfig(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	t.Parallel() // each subtest is a one-vCPU boot (parallelBoot)
 	out := outDir(t)
 	for _, tc := range []struct {
 		name      string
@@ -36,7 +36,7 @@ func TestISOAppliesConfig(t *testing.T) {
 		{"uefi", vm.UEFI, "/dev/vda", "/dev/vda1", "3.1.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			parallelBoot(t)
 			dir := logDir(t, out)
 			cfg := vm.Config{CPUs: 1, Name: "iso-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootISO,
 				ISO: filepath.Join(out, "node.iso"), Ignition: conformanceConfig(t, tc.spec, tc.stateDisk)}
@@ -65,7 +65,7 @@ func TestISOAppliesConfig(t *testing.T) {
 // does not repeat one-time steps. The config (spec 3.2) carries kiln's
 // Ignition conformance suite: its checks pass on both boots.
 func TestRawDiskSurvivesPowerCut(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	parallelBoot(t)
 	out := outDir(t)
 	dir := logDir(t, out)
 	disk := filepath.Join(dir, "node.raw")
@@ -111,7 +111,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 // plain-http config is refused: the console says why and nothing is
 // applied. The configs carry the conformance cases of spec 3.3 and 3.5.
 func TestPXEFetchesConfigFromURL(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	t.Parallel() // each subtest is a one-vCPU boot (parallelBoot)
 	out := outDir(t)
 	for _, tc := range []struct {
 		name   string
@@ -124,7 +124,7 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 		{"bios-unpinned", vm.BIOS, false, "3.4.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			parallelBoot(t)
 			dir := logDir(t, out)
 			ign := conformanceConfig(t, tc.spec, "")
 			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
@@ -176,7 +176,7 @@ func expectNothingApplied(t *testing.T, v *vm.VM, want string) {
 // Scenario 4: an invalid config prints its report and the error line and
 // applies nothing: no file, no user, no probe.
 func TestInvalidConfigChangesNothing(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	parallelBoot(t)
 	out := outDir(t)
 	dir := logDir(t, out)
 	v := startVM(t, vm.Config{CPUs: 1, Name: "invalid", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,

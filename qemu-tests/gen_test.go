@@ -29,7 +29,7 @@ const genProbe = `echo "probe: host=$(hostname)` +
 // Scenario 5: a worker config from kiln gen, booted from the ISO under
 // SeaBIOS, is applied by the agent as it is.
 func TestGeneratedWorkerConfigApplies(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	parallelBoot(t)
 	out := outDir(t)
 	dir := logDir(t, out)
 	s, err := site.Parse("qemu-site.yaml", []byte(genSite))

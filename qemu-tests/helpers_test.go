@@ -17,6 +17,20 @@ import (
 // bootTimeout bounds one boot under TCG on a busy 2-core machine.
 const bootTimeout = 8 * time.Minute
 
+// bootSlots holds one token per one-vCPU boot scenario running: two side
+// by side on 2 host cores. go test's -parallel is higher (make qemu-test
+// sets 4) so that the cluster scenario's checks, pods that wait on the
+// guests' kubelets rather than on host CPU, run all at once.
+var bootSlots = make(chan struct{}, 2)
+
+// parallelBoot marks a one-vCPU boot scenario parallel and waits for a
+// boot slot, which it gives back when it ends.
+func parallelBoot(t *testing.T) {
+	t.Parallel()
+	bootSlots <- struct{}{}
+	t.Cleanup(func() { <-bootSlots })
+}
+
 // outDir returns the directory holding the built image, skipping the test
 // unless the QEMU suite was asked for.
 func outDir(t *testing.T) string {

@@ -26,7 +26,7 @@ import (
 // CA did not sign. Its console says why at once, and etcd has no new
 // member.
 func TestForeignMasterIsRefused(t *testing.T) {
-	t.Parallel() // a one-vCPU boot: two run side by side (make qemu-test -parallel 2)
+	parallelBoot(t)
 	out := outDir(t)
 	dir := logDir(t, out)
 	ours := configs(t, cluster.HostGenesisSite())
