@@ -40,30 +40,29 @@ type clusterVM struct {
 	*vm.VM
 }
 
-// TestClusterJoinsAndSurvivesPowerCut is make test's cluster scenario
+// TestClusterJoinsAndSurvivesPowerCut is the scenario with two masters
 // (cluster.ThreeNodes): genesis m1 and master m2 powered on together, m2
 // joins m1's etcd as a learner, is promoted and serves the discovery name
 // beside m1; worker w1 joins once m2 is done; then every machine loses
-// power at once. It holds the single-node genesis checks too (the Docker
-// probe, the hardening, the kubelet's client certificate renewed through
-// a CSR, a ConfigMap read back after the cut), so the single-node genesis
-// scenario left make test for make cluster-test. It runs first and alone:
-// its three one-vCPU VMs already outnumber the host's 2 cores.
+// power at once. It runs with KILN_CLUSTER=1 (make cluster-test, make
+// soak): in a cold .ci/run it took 55.6 min on 2 cores under TCG and the
+// run 87 min, over CI's 75 min budget (README, CI).
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
+	if os.Getenv("KILN_CLUSTER") != "1" {
+		t.Skip("the three-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): it does not fit CI's budget on 2 cores under TCG")
+	}
 	clusterScenario(t, cluster.ThreeNodes())
 }
 
-// TestTwoNodeClusterSurvivesPowerCut is the cluster scenario that passes
-// on CI's 2 cores (cluster.TwoNodes): genesis m1, then worker w1. It holds
-// the single-node genesis checks too (the Docker probe, the hardening, the
-// kubelet's client certificate renewed through a CSR). It takes 32 min
-// under TCG on an earlier, slower host (15 min on the latest); the
-// three-VM scenario covers what it checks, so it runs in make
-// cluster-test and make soak, not in make test.
+// TestTwoNodeClusterSurvivesPowerCut is make test's cluster scenario
+// (cluster.TwoNodes): genesis m1, then worker w1 joining through its
+// node-local discovery, pods across the two nodes, both machines losing
+// power at once, and the running worker removed. It holds the single-node
+// genesis checks too (the Docker probe, the hardening, the kubelet's
+// client certificate renewed through a CSR, a ConfigMap read back after
+// the cut), so the single-node genesis scenario left make test for make
+// cluster-test. It runs first, alone.
 func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
-	if os.Getenv("KILN_CLUSTER") != "1" {
-		t.Skip("the two-VM cluster scenario runs with KILN_CLUSTER=1 (make cluster-test, make soak): make test's three-VM scenario covers what it checks")
-	}
 	clusterScenario(t, cluster.TwoNodes())
 }
 

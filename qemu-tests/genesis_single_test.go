@@ -24,13 +24,13 @@ import (
 // through hostfwd (the apiserver, and etcd for the encryption check),
 // hardened as issue 13 asks; after a ConfigMap is written the VM loses power and
 // boots again with no config, and the cluster comes back by itself. Its
-// checks are folded into make test's three-VM cluster scenario, whose
+// checks are folded into make test's two-node cluster scenario, whose
 // whole-cluster power cut covers this one's; it runs with KILN_CLUSTER=1
 // (make cluster-test CLUSTER_TESTS=TestGenesisBootsAndSurvivesPowerCut)
 // for the one path that one does not take: a client through hostfwd.
 func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
-		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's three-VM cluster scenario holds its checks")
+		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's two-node cluster scenario holds its checks")
 	}
 	out := outDir(t)
 	dir := logDir(t, out)

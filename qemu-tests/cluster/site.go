@@ -39,8 +39,9 @@ type Topology struct {
 }
 
 // ThreeNodes is m1 (genesis) and m2 masters and w1 a worker, m1 and m2
-// powered on together and w1 once m2 has joined: make test's cluster
-// scenario, make soak's, and the cluster part of make bench. One
+// powered on together and w1 once m2 has joined: make cluster-test with
+// CLUSTER_TESTS=TestClusterJoinsAndSurvivesPowerCut, make soak, and the
+// cluster part of make bench. One
 // vCPU each: with 2 vCPUs per master on 2 host cores under TCG a guest
 // vCPU waited for a sibling the host had descheduled and the two-member
 // etcd stalled. Even so two masters need more than 2 host cores (a
@@ -54,7 +55,7 @@ func ThreeNodes() Topology {
 }
 
 // TwoNodes is m1 (genesis, 2 vCPUs) and w1 (worker), w1 powered on once
-// m1 is done: the default of make cluster-test, and part of make soak.
+// m1 is done: make test's cluster scenario, and part of make soak.
 // Booted side by side, the three vCPU threads on two cores slowed both
 // more than booting them one after the other: powered on together, m1's
 // agent started at 141 s instead of 50 s and it was done at 801 s; with
