@@ -144,8 +144,10 @@ func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	m2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, files),
-		APIAt: func(string) (kubernetes.Interface, error) { return fake.NewSimpleClientset(m2), nil },
-		Log:   func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
+		APIAt: func(string) (kubernetes.Interface, error) {
+			return fake.NewSimpleClientset(m2, clusterDNSSlice(true)), nil
+		},
+		Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
 	_, err := n.Run(context.Background())
 	if err == nil || !strings.HasPrefix(err.Error(), "master/etcd-join: ") {
 		t.Fatalf("got %v, want the master join to fail on the fake etcd's member list", err)
@@ -320,6 +322,14 @@ func TestMasterWaitsForItsImages(t *testing.T) {
 	}
 }
 
+// clusterDNSSlice is cluster DNS's endpoint slice with one pod, ready or
+// not.
+func clusterDNSSlice(ready bool) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-x", Namespace: "kube-system",
+		Labels: map[string]string{discoveryv1.LabelServiceName: manifests.ClusterDNSService}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
+}
+
 // A joining master adds nothing to etcd until one master, asked through
 // its own apiserver, has its Node Ready and cluster DNS serving: the
 // genesis node's bootstrap is over.
@@ -328,11 +338,7 @@ func TestMasterWaitsForASettledCluster(t *testing.T) {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Message: "kubelet says " + string(ready)}}}}
 	}
-	dns := func(ready bool) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-x", Namespace: "kube-system",
-			Labels: map[string]string{discoveryv1.LabelServiceName: manifests.ClusterDNSService}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
-	}
+	dns := clusterDNSSlice
 	masters := []nodefile.Member{{Name: "m1", Address: "10.0.0.1"}, {Name: "m3", Address: "10.0.0.3"}}
 	down := errors.New("dial tcp: connection refused")
 	for _, tc := range []struct {
