@@ -358,7 +358,7 @@ func waitDone(t *testing.T, tl *bootTimeline, n *clusterVM, how string) {
 
 // checkWholeCluster: every Node Ready from a heartbeat since, w1 labelled,
 // every kube-system pod running with containers started since, and etcd
-// with a voting member per master and no learner.
+// with a voting member per master, by name, and no learner.
 func checkWholeCluster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, m1cfg []byte, since time.Time) {
 	t.Helper()
 	ctx := context.Background()
@@ -380,17 +380,12 @@ func checkWholeCluster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube k
 	eventually(t, "every kube-system pod running", clusterSettle, func() error {
 		return clustercheck.KubeSystemRunning(ctx, kube, tp.KubeSystemPods(), since)
 	})
-	masters := len(tp.Masters())
-	eventually(t, fmt.Sprintf("etcd: %d voting member(s), no learner", masters), 5*time.Minute, func() error {
-		members, err := cluster.EtcdMembers(ctx, m1cfg, "https://"+tp.Machines[0].IP()+":2379", seg.DialContext)
-		if err != nil {
-			return err
-		}
-		if len(members) != masters || slices.ContainsFunc(members, func(m cluster.EtcdMember) bool { return m.IsLearner || m.Name == "" }) {
-			return fmt.Errorf("members %+v", members)
-		}
-		return nil
-	})
+	var masters []string
+	for _, m := range tp.Masters() {
+		masters = append(masters, m.Name)
+	}
+	slices.Sort(masters)
+	checkEtcdVoters(t, tp, seg, m1cfg, masters)
 }
 
 // checkClusterDNS: a pod on w1 resolves the kubernetes Service's name
