@@ -48,13 +48,15 @@ unit: deps
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
 
-# The two-node cluster scenario (genesis m1, worker w1, pods across nodes,
-# a whole-cluster power cut) and the genesis join run first, alone; then
+# The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
+# across nodes, a whole-cluster power cut) and the genesis join run first,
+# alone; then
 # the one-vCPU boot scenarios two at a time (qemu-tests' boot slots;
 # -parallel 4 is for the cluster scenario's checks, which wait on pods,
-# not on CPU). make cluster-test runs what make test leaves out: the
-# three-VM cluster (m1, m2 masters, w1) by default, CLUSTER_TESTS=
-# TestGenesisBootsAndSurvivesPowerCut for genesis alone.
+# not on CPU). make cluster-test runs the cluster scenarios alone: the
+# three-VM cluster by default, CLUSTER_TESTS=TestTwoNodeClusterSurvivesPowerCut
+# for one master and a worker, TestGenesisBootsAndSurvivesPowerCut for
+# genesis alone.
 qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 4 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 

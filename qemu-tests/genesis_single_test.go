@@ -30,7 +30,7 @@ import (
 // for the one path that one does not take: a client through hostfwd.
 func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
-		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's two-node cluster scenario holds its checks")
+		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's three-VM cluster scenario holds its checks")
 	}
 	out := outDir(t)
 	dir := logDir(t, out)
