@@ -44,9 +44,10 @@ unit: deps
 
 # Host integration tests that need the component binaries make image built:
 # the add-ons applied to a real etcd + kube-apiserver started on the host,
-# and a kubelet client certificate renewed through a real controller-manager.
+# a kubelet client certificate renewed through a real controller-manager,
+# and the quorum check of the ordered control-plane start on a real etcd.
 integration: image
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane' ./firstboot/role/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestKubeletClientCertRotatesOnARealControlPlane|TestEtcdQuorumOnARealEtcd' ./firstboot/role/
 
 # The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
 # across nodes, a whole-cluster power cut) and the genesis join run first,

@@ -112,6 +112,16 @@ func (e *Client) Healthy(ctx context.Context, clientURL string) error {
 	return err
 }
 
+// Quorum is nil when a linearizable read through the client's endpoints
+// succeeds within 15 s: the cluster has a leader that a majority of its
+// voting members follow. Status (Healthy) answers without quorum.
+func (e *Client) Quorum(ctx context.Context) error {
+	ctx, cancel := call(ctx)
+	defer cancel()
+	_, err := e.c.Get(ctx, "kiln/quorum-probe", clientv3.WithCountOnly())
+	return err
+}
+
 // Close ends the client's connections.
 func (e *Client) Close() error { return e.c.Close() }
 

@@ -44,8 +44,11 @@ discovery name; give its own Node the pod network's first block when no Node
 has a pod CIDR yet and write the CNI configuration for it; apply the add-ons
 (kiln-net CNI, kube-proxy, cluster DNS) by server-side apply; label the node;
 validate with a pod that resolves the kubernetes service and whose logs are
-read back. Later boots let the kubelet restore the control plane from the
-persisted manifests and wait for Ready.
+read back. Later boots bring the control plane back in order: the kubelet
+starts with etcd alone, the apiserver once the local etcd member reads through
+quorum ("waiting for etcd quorum on <address>" every 30 s), the
+controller-manager and scheduler once the apiserver is ready; then wait for
+Ready. A wait that passes --wait starts the next components anyway.
 
 Every role records its Node's pod CIDR on the state partition
 (/var/lib/kiln/pod-cidr) and writes the CNI configuration from it before the
@@ -58,7 +61,8 @@ certificates are from another site's CAs), then until a master's Node is Ready
 and cluster DNS serves (the cluster has finished its own bootstrap) and this
 node's images are in;
 join etcd as a learner, start it, get it promoted; only then start the
-apiserver, controller-manager and scheduler, label the node and wait for Ready.
+apiserver, and the controller-manager and scheduler once it is ready (in that
+order on every later boot too), label the node and wait for Ready.
 Each phase is stamped on the state partition when done: a join cut short by a
 power cut resumes from the first unstamped phase.
 

@@ -69,7 +69,9 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 }
 
 // startControlPlane writes the control plane from the membership record,
-// creating a new cluster's record on the first boot.
+// creating a new cluster's record on the first boot. A new cluster's
+// control plane starts all at once; one that existed before (a later
+// boot, or a master whose member just joined) starts in order.
 func (n *Node) startControlPlane(ctx context.Context) error {
 	rec, err := etcdmember.Read(n.Root)
 	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == nodefile.RoleGenesis && !n.stamped("genesis/bootstrap") {
@@ -79,7 +81,19 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return n.startNode(ctx, n.params(rec), allPods)
+	if rec.State != etcdmember.StateExisting {
+		return n.startNode(ctx, n.params(rec), nil)
+	}
+	quorum, closeEtcd, err := n.ownEtcdQuorum()
+	if err != nil {
+		return err
+	}
+	defer closeEtcd()
+	kube, err := n.apiAt(n.file.Address)
+	if err != nil {
+		return err
+	}
+	return n.startInOrder(ctx, n.params(rec), n.restartStages(quorum, kube))
 }
 
 // recordBootstrapped marks the membership existing once the apiserver

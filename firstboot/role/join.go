@@ -47,7 +47,7 @@ func (n *Node) joinEtcd(ctx context.Context, c etcdCluster) error {
 		return fmt.Errorf("recording the etcd membership: %w", err)
 	}
 	n.Log("etcd: member %s (%s) joins with initial cluster %s", rec.ID, rec.Name, rec.InitialCluster())
-	if err := n.startNode(ctx, n.params(rec), etcdOnly); err != nil {
+	if err := n.startNode(ctx, n.params(rec), afterPromotion); err != nil {
 		return err
 	}
 	var id uint64

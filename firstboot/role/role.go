@@ -46,6 +46,9 @@ type Node struct {
 	// APIAt is a client of the apiserver at a master's address; nil means
 	// the agent's own kubeconfig pointed at that address.
 	APIAt func(address string) (kubernetes.Interface, error)
+	// EtcdQuorum is nil when this node's etcd member reads through
+	// quorum; nil means a client of the member at the node's address.
+	EtcdQuorum func(ctx context.Context) error
 
 	file *nodefile.NodeFile
 	cat  *catalog.Catalog
@@ -135,32 +138,23 @@ func (n *Node) params(m etcdmember.Membership) manifests.Params {
 	return manifests.ForNode(*n.file, n.cat.Manifests(), m)
 }
 
-// staticPods picks which control-plane static pods startNode writes.
-type staticPods int
-
-const (
-	allPods  staticPods = iota
-	etcdOnly            // a joining master: the apiserver waits for its member's promotion
-)
-
 // afterPromotion are the components a joining master starts only once
 // its etcd member votes: its apiserver talks to the local member, which
 // must never be a learner.
 var afterPromotion = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
 // startNode writes the node's files (kubelet config and environment,
-// static pods, node-local DNS, the host resolver) and starts the kubelet.
-func (n *Node) startNode(ctx context.Context, p manifests.Params, pods staticPods) error {
+// static pods but those named in hold, node-local DNS, the host
+// resolver) and starts the kubelet.
+func (n *Node) startNode(ctx context.Context, p manifests.Params, hold []string) error {
 	files, err := manifests.Files(p)
 	if err != nil {
 		return err
 	}
-	if pods == etcdOnly {
-		files = slices.DeleteFunc(files, func(f manifests.File) bool {
-			name := strings.TrimSuffix(filepath.Base(f.Path), ".yaml")
-			return filepath.Dir(f.Path) == manifests.StaticPodDir && slices.Contains(afterPromotion, name)
-		})
-	}
+	files = slices.DeleteFunc(files, func(f manifests.File) bool {
+		name, ok := staticPodName(f)
+		return ok && slices.Contains(hold, name)
+	})
 	files = append(files,
 		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(n.kubeletEnv())},
 		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
@@ -200,6 +194,31 @@ func (n *Node) seedZone() error {
 // which answers the discovery name and forwards the rest.
 const hostResolvConf = "# written by kiln: the node-local CoreDNS answers the apiserver name and forwards the rest\nnameserver " +
 	discovery.NodeLocalAddress + "\noptions timeout:2 attempts:3\n"
+
+// writeStaticPods writes the static pods named in pods; the kubelet
+// started by startNode picks them up from its manifest directory.
+func (n *Node) writeStaticPods(p manifests.Params, pods []string) error {
+	files, err := manifests.Files(p)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if name, ok := staticPodName(f); ok && slices.Contains(pods, name) {
+			if err := atomicfile.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// staticPodName is the pod a file of the static pod directory holds.
+func staticPodName(f manifests.File) (string, bool) {
+	if filepath.Dir(f.Path) != manifests.StaticPodDir {
+		return "", false
+	}
+	return strings.TrimSuffix(filepath.Base(f.Path), ".yaml"), true
+}
 
 func countPods(files []manifests.File) int {
 	c := 0

@@ -24,7 +24,7 @@ import (
 func (n *Node) workerPhases() []phase {
 	return []phase{
 		{name: "start", run: func(ctx context.Context) error {
-			return n.startNode(ctx, n.params(etcdmember.Membership{}), allPods)
+			return n.startNode(ctx, n.params(etcdmember.Membership{}), nil)
 		}},
 		{name: "node-ready", run: n.waitReadyAsKubelet},
 		{name: "request-labels", once: true, run: n.requestLabels},

@@ -42,6 +42,9 @@ func Steps() []Step {
 		{Name: "kubelet started", Line: regexp.MustCompile(`kiln-firstboot: kubelet started`)},
 		{Name: "etcd up", Line: regexp.MustCompile(`kiln-firstboot: etcd member [0-9a-f]+ started: after `)},
 		{Name: "etcd promoted", Line: regexp.MustCompile(`kiln-firstboot: etcd member [0-9a-f]+ promoted: after `)},
+		// A control plane that existed before this boot starts its
+		// apiserver once its etcd member reads through quorum.
+		{Name: "etcd quorum", Line: regexp.MustCompile(`kiln-firstboot: etcd quorum on \S+: after `)},
 		{Name: "all images imported", Line: regexp.MustCompile(`imported \S+ \(sha256:[0-9a-f]+\) in `), Last: true},
 		{Name: "apiserver healthy", Line: regexp.MustCompile(`kiln-firstboot: apiserver healthy on \S+: after `)},
 		{Name: "add-ons applied", Line: regexp.MustCompile(`kiln-firstboot: add-ons applied: `)},

@@ -61,6 +61,17 @@ func TestExtract(t *testing.T) {
 			want: []Mark{{"kubelet started", sec(47.6)}, {"apiserver healthy", sec(252.3)}, {"all images imported", sec(260.1)}},
 		},
 		{
+			name: "a control plane back in order after a power cut",
+			lines: lines(
+				45.0, "kiln-firstboot: kubelet started (images are imported into containerd first)",
+				120.0, "kiln-firstboot: waiting for etcd quorum on 10.77.0.11 (30s so far; last: context deadline exceeded)",
+				150.0, "kiln-firstboot: etcd quorum on 10.77.0.11: after 1m45s",
+				151.0, "kiln-firstboot: started kube-apiserver",
+				260.0, "kiln-firstboot: apiserver healthy on 10.77.0.11: after 1m49s",
+				262.0, "kiln-firstboot: apiserver healthy on 10.77.0.11: after 0s"),
+			want: []Mark{{"kubelet started", sec(45)}, {"etcd quorum", sec(150)}, {"apiserver healthy", sec(260)}},
+		},
+		{
 			name: "a master's join",
 			lines: lines(
 				40.0, "kiln-firstboot: the cluster: after 2s",
