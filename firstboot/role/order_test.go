@@ -109,7 +109,9 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					}
 					return nil
 				},
-				APIAt: func(string) (kubernetes.Interface, error) { return kubernetes.NewForConfig(&rest.Config{Host: srv.URL}) }}
+				APIAt: func(string) (kubernetes.Interface, error) {
+					return kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+				}}
 			if tc.quorumAfter >= 0 {
 				n.Wait = time.Minute
 			}
