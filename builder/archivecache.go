@@ -27,6 +27,9 @@ type archiveCache struct{ dir string }
 func archiveKey(s ociimage.Spec) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n%q\n%d\n", archiveCacheVersion, s.Ref, s.Entrypoint, s.Created.Unix())
+	if s.Level != 0 {
+		fmt.Fprintf(h, "gzip level %d\n", s.Level)
+	}
 	for _, f := range s.Files {
 		fmt.Fprintf(h, "%s %o\n", f.Path, f.Mode)
 		src, err := os.Open(f.Source)

@@ -32,6 +32,9 @@ type Options struct {
 	Progress   io.Writer // one line per step start and end
 	Runner     Runner    // nil: ExecRunner
 	Now        func() time.Time
+	// NoBaseOverlay untars the cached base into the work directory
+	// instead of mounting an overlay on its extracted tree.
+	NoBaseOverlay bool
 }
 
 // build is the state the steps share.

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -311,7 +312,7 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 			}
 			files = append(files, ipt...)
 		}
-		im, err := b.pack(p.role, "kiln.local/"+p.role+":"+versions[p.component], files, p.entrypoint)
+		im, err := b.pack(ociimage.Spec{Ref: "kiln.local/" + p.role + ":" + versions[p.component], Files: files, Entrypoint: p.entrypoint}, p.role)
 		if err != nil {
 			return nil, err
 		}
@@ -354,7 +355,9 @@ func (b *build) packKiln() (catalog.Image, error) {
 		return catalog.Image{}, fmt.Errorf("image %s (kiln-net's ip and iptables): %w", catalog.Kiln, err)
 	}
 	files := append([]ociimage.File{{Path: "/kiln", Source: b.opts.KilnBinary, Mode: 0o755}}, tools...)
-	return b.pack(catalog.Kiln, "kiln.local/kiln:"+tag, files, []string{"/kiln"})
+	// gzip -6: this archive is packed again after every change to kiln
+	// (a manifest template is compiled into it too).
+	return b.pack(ociimage.Spec{Ref: "kiln.local/kiln:" + tag, Files: files, Entrypoint: []string{"/kiln"}, Level: gzip.DefaultCompression}, catalog.Kiln)
 }
 
 // The pause image, every pod's sandbox process, is Debian's catatonit in
@@ -373,7 +376,8 @@ func (b *build) packPause() (catalog.Image, error) {
 	if err != nil {
 		return catalog.Image{}, err
 	}
-	return b.pack(catalog.Pause, "kiln.local/pause:"+tag, []ociimage.File{{Path: "/catatonit", Source: src, Mode: 0o755}}, []string{"/catatonit", "-P"})
+	return b.pack(ociimage.Spec{Ref: "kiln.local/pause:" + tag, Files: []ociimage.File{{Path: "/catatonit", Source: src, Mode: 0o755}},
+		Entrypoint: []string{"/catatonit", "-P"}}, catalog.Pause)
 }
 
 func isRole(r string) bool {
@@ -385,14 +389,17 @@ func isRole(r string) bool {
 	return false
 }
 
-func (b *build) pack(role, ref string, files []ociimage.File, entry []string) (catalog.Image, error) {
+// pack writes the image s as the role's archive in the root filesystem;
+// its timestamps are the spec's epoch.
+func (b *build) pack(s ociimage.Spec, role string) (catalog.Image, error) {
 	dst := path.Join(catalog.ArchiveDir, role+".tar")
 	full := filepath.Join(b.rootfs, dst)
 	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 		return catalog.Image{}, err
 	}
 	cache := archiveCache{dir: filepath.Join(b.opts.CacheDir, "archives")}
-	res, cached, err := cache.write(ociimage.Spec{Ref: ref, Files: files, Entrypoint: entry, Created: b.epoch()}, full)
+	s.Created = b.epoch()
+	res, cached, err := cache.write(s, full)
 	if err != nil {
 		return catalog.Image{}, err
 	}

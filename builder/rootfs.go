@@ -30,7 +30,7 @@ func (b *build) baseRootfs(ctx context.Context) error {
 	cached := filepath.Join(b.opts.CacheDir, "rootfs", key+".tar")
 	if _, err := os.Stat(cached); err == nil {
 		fmt.Fprintf(b.opts.Progress, "      cached base %s\n", shortPath(cached))
-		return b.untar(ctx, cached)
+		return b.restoreBase(ctx, cached)
 	}
 	fmt.Fprintf(b.opts.Progress, "      no cached base for key %s: debootstrap + apt (a few minutes)\n", key[:12])
 	if err := b.debootstrap(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -94,41 +95,45 @@ func TestBadInput(t *testing.T) {
 
 // TestLayerIsGzipped: the archive carries one gzip layer (containerd
 // stores and hashes the compressed blob, a third of the tar's size) whose
-// tar holds the files.
+// tar holds the files, at the spec's gzip level (best when none is given).
 func TestLayerIsGzipped(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pause")
-	os.WriteFile(bin, bytes.Repeat([]byte("pause "), 1000), 0o755)
-	res, err := Write(Spec{Ref: "kiln.local/pause:3.10", Files: []File{{Path: "/pause", Source: bin}},
-		Created: time.Unix(1735689600, 0).UTC()}, filepath.Join(dir, "a.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(res.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	layers := 0
-	eachEntry(t, f, func(h *tar.Header, member io.Reader) {
-		if !strings.HasSuffix(h.Name, ".tar.gz") {
-			return
-		}
-		layers++
-		zr, err := gzip.NewReader(member)
-		if err != nil {
-			t.Fatalf("layer %s is not gzip: %v", h.Name, err)
-		}
-		first, err := tar.NewReader(zr).Next()
-		if err != nil {
-			t.Fatalf("layer %s does not hold a tar: %v", h.Name, err)
-		}
-		if first.Name != "pause" {
-			t.Errorf("layer %s starts with %q, want pause", h.Name, first.Name)
-		}
-	})
-	if layers != 1 {
-		t.Fatalf("found %d gzip layers in the archive, want 1", layers)
+	for _, level := range []int{0, gzip.DefaultCompression, gzip.BestSpeed} {
+		t.Run(fmt.Sprintf("level %d", level), func(t *testing.T) {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "pause")
+			os.WriteFile(bin, bytes.Repeat([]byte("pause "), 1000), 0o755)
+			res, err := Write(Spec{Ref: "kiln.local/pause:3.10", Files: []File{{Path: "/pause", Source: bin}},
+				Created: time.Unix(1735689600, 0).UTC(), Level: level}, filepath.Join(dir, "a.tar"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(res.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			layers := 0
+			eachEntry(t, f, func(h *tar.Header, member io.Reader) {
+				if !strings.HasSuffix(h.Name, ".tar.gz") {
+					return
+				}
+				layers++
+				zr, err := gzip.NewReader(member)
+				if err != nil {
+					t.Fatalf("layer %s is not gzip: %v", h.Name, err)
+				}
+				first, err := tar.NewReader(zr).Next()
+				if err != nil {
+					t.Fatalf("layer %s does not hold a tar: %v", h.Name, err)
+				}
+				if first.Name != "pause" {
+					t.Errorf("layer %s starts with %q, want pause", h.Name, first.Name)
+				}
+			})
+			if layers != 1 {
+				t.Fatalf("found %d gzip layers in the archive, want 1", layers)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 func newBuildCmd() *cobra.Command {
 	var specPath, outDir, cacheDir string
+	var noOverlay bool
 	cmd := &cobra.Command{
 		Use:   "build [-f SPEC] [-o DIR]",
 		Short: "Bake a node image (ISO, raw GPT disk, PXE set) from an image spec",
@@ -31,7 +32,9 @@ The build runs as root (debootstrap, chroot) and writes, in DIR:
   node.manifest.json   kernel, packages, binaries and artifacts with sha256
 
 Slow inputs (the Debian base root filesystem, downloaded packages) are cached
-in the cache directory, keyed by a hash of what produced them. Artifacts are
+in the cache directory, keyed by a hash of what produced them. A warm build
+mounts an overlay on the cached base, extracted once beside its tar, instead of
+untarring it (--no-base-overlay, or a host without overlayfs, untars). Artifacts are
 built aside and moved into DIR only when every step succeeded: a failed or
 interrupted build leaves DIR as it was, and can simply be run again.
 
@@ -55,12 +58,14 @@ the build refuse before it starts. Other files in DIR are left alone.`,
 			defer stop()
 			return runBuild(ctx, builder.Options{
 				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Progress: cmd.ErrOrStderr(),
+				NoBaseOverlay: noOverlay,
 			})
 		},
 	}
 	cmd.Flags().StringVarP(&specPath, "file", "f", "", "image spec (default: the embedded images/node.yaml)")
 	cmd.Flags().StringVarP(&outDir, "output", "o", "out", "directory the artifacts are written to")
 	cmd.Flags().StringVar(&cacheDir, "cache", defaultCacheDir(), "cache directory for slow inputs ($KILN_CACHE)")
+	cmd.Flags().BoolVar(&noOverlay, "no-base-overlay", false, "untar the cached base root filesystem instead of mounting an overlay on its extracted tree (slower; the artifacts are the same)")
 	return cmd
 }
 
