@@ -13,13 +13,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
@@ -45,6 +48,12 @@ type Watcher struct {
 	Console  func(format string, args ...any)
 	Interval time.Duration // between two reads of the Node
 	Now      func() time.Time
+	// Fallbacks answer on the Node when Kube cannot once the pods are
+	// stopped: Kube goes through the discovery name, which the node-local
+	// CoreDNS (a static pod, stopped with the rest) resolved, and a
+	// master's own apiserver stops with its pods. One client per other
+	// master, at its address.
+	Fallbacks []kubernetes.Interface
 }
 
 // Removed reads the stamp a node that left keeps: its text, and whether
@@ -91,12 +100,15 @@ func (w *Watcher) Leave(ctx context.Context, at string) error {
 	}
 	left := w.now().UTC().Format(time.RFC3339)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.LeftAnnotation: left}}})
-	if _, err := w.Kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		// The node has left; kiln node remove goes on after its bound.
-		w.Console("left the cluster; could not say so on Node %s: %v", w.Node, err)
-		return nil
+	var err error
+	for _, kube := range append([]kubernetes.Interface{w.Kube}, w.Fallbacks...) {
+		if _, err = kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+			w.Console("left the cluster")
+			return nil
+		}
 	}
-	w.Console("left the cluster")
+	// The node has left; kiln node remove goes on after its bound.
+	w.Console("left the cluster; could not say so on Node %s: %v", w.Node, err)
 	return nil
 }
 
@@ -113,7 +125,8 @@ const kubeletCurrent = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 // NewWatcher is the node's watcher: its name from the node file, the
 // kubelet's kubeconfig, with the kubelet's renewed certificate when there
-// is one. It polls every 10 s.
+// is one, and a client at each other master's address to answer through
+// once its pods are stopped. It polls every 10 s.
 func NewWatcher(root string, sys Runner, console func(format string, args ...any)) (*Watcher, error) {
 	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
 	if err != nil {
@@ -133,7 +146,22 @@ func NewWatcher(root string, sys Runner, console func(format string, args ...any
 	if err != nil {
 		return nil, err
 	}
-	return &Watcher{Kube: kube, Node: f.Name, Root: root, Sys: sys, Console: console, Interval: 10 * time.Second}, nil
+	w := &Watcher{Kube: kube, Node: f.Name, Root: root, Sys: sys, Console: console, Interval: 10 * time.Second}
+	for _, m := range f.Masters {
+		if m.Name == f.Name {
+			continue
+		}
+		// An apiserver's certificate names its master's address too.
+		at := rest.CopyConfig(cfg)
+		at.Host = "https://" + net.JoinHostPort(m.Address, strconv.Itoa(f.Cluster.APIServerPort))
+		at.Timeout = 15 * time.Second
+		c, err := kubernetes.NewForConfig(at)
+		if err != nil {
+			return nil, err
+		}
+		w.Fallbacks = append(w.Fallbacks, c)
+	}
+	return w, nil
 }
 
 func fileExists(p string) bool {

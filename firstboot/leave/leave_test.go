@@ -2,14 +2,21 @@ package leave
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -69,5 +76,88 @@ func TestWatcher(t *testing.T) {
 				t.Errorf("console %q", console)
 			}
 		})
+	}
+}
+
+// Once its pods are stopped a node may no longer reach the discovery
+// name (the node-local CoreDNS was one of them; a master's own apiserver
+// too): it answers through the other masters' addresses, in turn.
+func TestLeaveAnswersThroughAnotherMaster(t *testing.T) {
+	node := func() *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"}} }
+	unreachable := func(why string) *fake.Clientset {
+		cs := fake.NewClientset(node())
+		cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New(why)
+		})
+		return cs
+	}
+	for _, tc := range []struct {
+		name      string
+		fallbacks []*fake.Clientset
+		wantLast  string
+	}{
+		{name: "the second master answers", fallbacks: []*fake.Clientset{unreachable("m1: connection refused"), fake.NewClientset(node())},
+			wantLast: "left the cluster"},
+		{name: "no master answers", fallbacks: []*fake.Clientset{unreachable("m1: connection refused")},
+			wantLast: "left the cluster; could not say so on Node m2: m1: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var console []string
+			w := &Watcher{Kube: unreachable("lookup kube-apiserver.kiln.internal on 169.254.20.10:53: connection refused"), Node: "m2",
+				Root: t.TempDir(), Sys: &recorder{}, Console: func(f string, a ...any) { console = append(console, fmt.Sprintf(f, a...)) },
+				Now: func() time.Time { return time.Date(2026, 11, 26, 3, 50, 0, 0, time.UTC) }}
+			for _, f := range tc.fallbacks {
+				w.Fallbacks = append(w.Fallbacks, f)
+			}
+			if err := w.Leave(context.Background(), "2026-11-26T03:49:18Z"); err != nil {
+				t.Fatal(err)
+			}
+			if last := console[len(console)-1]; last != tc.wantLast {
+				t.Errorf("console ends %q, want %q", last, tc.wantLast)
+			}
+			if tc.wantLast == "left the cluster" {
+				n, _ := tc.fallbacks[len(tc.fallbacks)-1].CoreV1().Nodes().Get(context.Background(), "m2", metav1.GetOptions{})
+				if n.Annotations[nodefile.LeftAnnotation] != "2026-11-26T03:50:00Z" {
+					t.Errorf("the answering master's Node m2 has annotations %v", n.Annotations)
+				}
+			}
+		})
+	}
+}
+
+// NewWatcher answers through every master but the node itself, at its
+// address.
+func TestNewWatcherFallsBackToTheOtherMasters(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, data string) {
+		t.Helper()
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(nodefile.Path, `{"apiVersion": "`+nodefile.APIVersion+`", "kind": "`+nodefile.Kind+`", "name": "m2", "role": "master",
+		"cluster": {"apiServerPort": 6443, "discoveryName": "kube-apiserver.kiln.internal"},
+		"masters": [{"name": "m1", "address": "10.77.0.11"}, {"name": "m2", "address": "10.77.0.12"}, {"name": "m3", "address": "10.77.0.13"}]}`)
+	write(filepath.Join(nodefile.KubeconfigDir, "kubelet.conf"), `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://kube-apiserver.kiln.internal:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	w, err := NewWatcher(root, &recorder{}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, f := range w.Fallbacks {
+		hosts = append(hosts, f.(*kubernetes.Clientset).CoreV1().RESTClient().Get().URL().Host)
+	}
+	if want := []string{"10.77.0.11:6443", "10.77.0.13:6443"}; !slices.Equal(hosts, want) {
+		t.Errorf("fallbacks at %v, want %v", hosts, want)
 	}
 }
