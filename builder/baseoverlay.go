@@ -24,7 +24,7 @@ import (
 // tree, or an untarred copy.
 func (b *build) restoreBase(ctx context.Context, cachedTar string) error {
 	if b.opts.NoBaseOverlay {
-		return b.untar(ctx, cachedTar)
+		return b.untar(ctx, cachedTar, b.rootfs)
 	}
 	tree, err := b.baseTree(ctx, cachedTar)
 	if err == nil {
@@ -34,7 +34,7 @@ func (b *build) restoreBase(ctx context.Context, cachedTar string) error {
 		fmt.Fprintf(b.opts.Progress, "      no overlay on the cached base (%v): untarring it\n", err)
 		unmountUnder(b.rootfs)
 		os.RemoveAll(b.rootfs)
-		return b.untar(ctx, cachedTar)
+		return b.untar(ctx, cachedTar, b.rootfs)
 	}
 	fmt.Fprintf(b.opts.Progress, "      overlay on the extracted base %s\n", shortPath(tree))
 	return nil
@@ -51,12 +51,8 @@ func (b *build) baseTree(ctx context.Context, cachedTar string) (string, error) 
 	if err := os.RemoveAll(partial); err != nil {
 		return "", fmt.Errorf("removing an interrupted extraction %s: %w", partial, err)
 	}
-	if err := os.MkdirAll(partial, 0o755); err != nil {
-		return "", err
-	}
 	fmt.Fprintf(b.opts.Progress, "      extracting the cached base once, for overlays: %s\n", shortPath(tree))
-	if err := b.run.Run(ctx, Cmd{Name: "tar", Args: []string{
-		"--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", partial, "-xpf", cachedTar}}); err != nil {
+	if err := b.untar(ctx, cachedTar, partial); err != nil {
 		os.RemoveAll(partial)
 		return "", fmt.Errorf("extracting %s: %w", cachedTar, err)
 	}

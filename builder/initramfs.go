@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/kiln-project/kiln/images"
 )
 
 // initramfs finds the image's one kernel and builds its dracut initramfs
@@ -115,17 +117,24 @@ func kernelVersion(rootfs string) (string, error) {
 	return found[0], nil
 }
 
+// SquashfsCompression are mksquashfs's compression flags for the spec:
+// the build's, and the benchmark floor's beside it.
+func SquashfsCompression(s *images.Spec) []string {
+	comp := []string{"-comp", s.Squashfs.Compression}
+	if s.Squashfs.Compression == "zstd" {
+		comp = append(comp, "-Xcompression-level", strconv.Itoa(s.Squashfs.Level))
+	}
+	return comp
+}
+
 // squashfs packs the root filesystem. SOURCE_DATE_EPOCH makes mksquashfs
 // clamp every timestamp to the spec's epoch (it refuses -all-time beside
 // it), so the same tree always gives the same bytes. The kernel is left
 // out: every boot path loads the copy beside the squashfs, and nothing
 // on a running node reads /boot.
 func (b *build) squashfs(ctx context.Context) error {
-	args := []string{b.rootfs, filepath.Join(b.work, "rootfs.squashfs"),
-		"-noappend", "-no-progress", "-quiet", "-comp", b.spec.Squashfs.Compression}
-	if b.spec.Squashfs.Compression == "zstd" {
-		args = append(args, "-Xcompression-level", strconv.Itoa(b.spec.Squashfs.Level))
-	}
+	args := append([]string{b.rootfs, filepath.Join(b.work, "rootfs.squashfs"), "-noappend", "-no-progress", "-quiet"},
+		SquashfsCompression(b.spec)...)
 	args = append(args, "-e", "boot/vmlinuz-"+b.kver) // -e must come last
 	return b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: args, Env: []string{b.epochEnv}})
 }

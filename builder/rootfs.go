@@ -135,12 +135,13 @@ func (b *build) storeTar(ctx context.Context, cached string) error {
 	return os.Rename(tmp, cached)
 }
 
-func (b *build) untar(ctx context.Context, cached string) error {
-	if err := os.MkdirAll(b.rootfs, 0o755); err != nil {
+// untar extracts the cached base tar into dir.
+func (b *build) untar(ctx context.Context, cached, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	return b.run.Run(ctx, Cmd{Name: "tar", Args: []string{
-		"--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", b.rootfs, "-xpf", cached}})
+		"--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", dir, "-xpf", cached}})
 }
 
 func shortPath(p string) string {

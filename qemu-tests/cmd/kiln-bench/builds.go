@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -95,10 +94,7 @@ func benchFloor(ctx context.Context, o options, work string, r *report) error {
 	if err != nil {
 		return err
 	}
-	comp := []string{"-comp", spec.Squashfs.Compression}
-	if spec.Squashfs.Compression == "zstd" {
-		comp = append(comp, "-Xcompression-level", strconv.Itoa(spec.Squashfs.Level))
-	}
+	comp := builder.SquashfsCompression(spec)
 	sq, err := timed(ctx, "mksquashfs", append([]string{rootfs, filepath.Join(tree, "LiveOS", "squashfs.img"), "-noappend", "-no-progress", "-quiet"}, comp...)...)
 	if err != nil {
 		return err
