@@ -89,7 +89,7 @@ func (l *Lister) List(ctx context.Context) Listing {
 	list, answers, haveEtcd := l.members(ctx, &out)
 	owned := map[uint64]bool{}
 	for _, n := range nodes {
-		mine := membersOf(list, n.name, n.peerURL())
+		mine := etcdmember.MembersOf(list, n.name, n.peerURL())
 		for _, m := range mine {
 			owned[m.ID] = true
 		}
@@ -120,7 +120,7 @@ func (l *Lister) List(ctx context.Context) Listing {
 		if m.Name == "" {
 			wayOut = fmt.Sprintf("An unstarted learner: the master it was added for removes it when its join gives up; else etcdctl member remove %x (%s)", m.ID, DocsStaleMember)
 		}
-		out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s belongs to no node of the site or the cluster: stale. %s", describe(m), wayOut))
+		out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s belongs to no node of the site or the cluster: stale. %s", etcdmember.Describe(m), wayOut))
 	}
 	return out
 }
@@ -229,7 +229,7 @@ func etcdFindings(n node, mine []etcdmember.Member, answers map[uint64]bool, out
 	master := n.role() == site.RoleGenesis || n.role() == site.RoleMaster
 	if master && len(mine) == 0 {
 		out.Problems = append(out.Problems, fmt.Sprintf("master %s has no etcd member (its join never finished, or it was removed): "+
-			"re-image it and it joins again, or take it out of the site file (%s)", n.name, DocsLostMaster))
+			"re-image it and it joins again, or take it out of the site file (%s)", n.name, etcdmember.DocsLostMaster))
 	}
 	for _, m := range mine {
 		wayOut := fmt.Sprintf("etcdctl member remove %x (%s)", m.ID, DocsStaleMember)
@@ -240,18 +240,18 @@ func etcdFindings(n node, mine []etcdmember.Member, answers map[uint64]bool, out
 		switch {
 		case !master:
 			out.Problems = append(out.Problems, fmt.Sprintf("%s %s has etcd member %s, and only masters run etcd: stale. %s",
-				cmp.Or(n.role(), "node"), n.name, describe(m), wayOut))
+				cmp.Or(n.role(), "node"), n.name, etcdmember.Describe(m), wayOut))
 		case n.peerURL() != "" && !slices.Contains(m.PeerURLs, n.peerURL()):
 			out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s is named %s, whose peer URL is %s: stale (the master was re-addressed). %s",
-				describe(m), n.name, n.peerURL(), wayOut))
+				etcdmember.Describe(m), n.name, n.peerURL(), wayOut))
 		case m.Name != "" && m.Name != n.name:
-			out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s has %s's peer URL under another name: stale. %s", describe(m), n.name, wayOut))
+			out.Problems = append(out.Problems, fmt.Sprintf("etcd member %s has %s's peer URL under another name: stale. %s", etcdmember.Describe(m), n.name, wayOut))
 		case !answers[m.ID]:
 			delete(stale, m.ID)
-			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s does not answer (down?)", n.name, describe(m)))
+			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s does not answer (down?)", n.name, etcdmember.Describe(m)))
 		case m.IsLearner:
 			delete(stale, m.ID)
-			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s is a learner: the master is still joining", n.name, describe(m)))
+			out.Notes = append(out.Notes, fmt.Sprintf("%s: etcd member %s is a learner: the master is still joining", n.name, etcdmember.Describe(m)))
 		default:
 			delete(stale, m.ID)
 		}

@@ -11,9 +11,6 @@ package nodeops
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -90,27 +87,6 @@ func (n node) peerURL() string {
 		return etcdmember.PeerURL(a)
 	}
 	return ""
-}
-
-// membersOf are the members registered for a node: by its name, or by
-// its peer URL (an unstarted learner has no name yet).
-func membersOf(list []etcdmember.Member, name, peerURL string) []etcdmember.Member {
-	var out []etcdmember.Member
-	for _, m := range list {
-		if m.Name == name || (peerURL != "" && slices.Contains(m.PeerURLs, peerURL)) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// describe names a member in messages: ID, name and peer URLs.
-func describe(m etcdmember.Member) string {
-	name := m.Name
-	if name == "" {
-		name = "not started"
-	}
-	return fmt.Sprintf("%x (%s, %s)", m.ID, name, strings.Join(m.PeerURLs, ","))
 }
 
 // readyOf is the Node's Ready condition: "Ready", "NotReady", "Unknown"

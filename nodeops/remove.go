@@ -73,7 +73,7 @@ func (r *Remover) steps() []step {
 }
 
 // Remove takes the node name out of the cluster, step by step; the
-// error names the step at fault. A removal kiln refuses is a *Refusal,
+// error names the step at fault. A removal kiln refuses is a *etcdmember.Refusal,
 // and an unknown name wraps ErrUnknownNode.
 func (r *Remover) Remove(ctx context.Context, name string) error {
 	n, err := r.resolve(ctx, name)
@@ -116,7 +116,7 @@ func (r *Remover) resolve(ctx context.Context, name string) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.members = membersOf(list, name, n.peerURL())
+		n.members = etcdmember.MembersOf(list, name, n.peerURL())
 	}
 	if n.site == nil && n.obj == nil && len(n.members) == 0 {
 		return nil, fmt.Errorf("%s: %w in the site file %s, the cluster's Nodes or etcd's members (a typo, or removed already)", name, ErrUnknownNode, r.Site.File)
@@ -144,7 +144,7 @@ func (r *Remover) check(ctx context.Context, n *node, log Logf) error {
 		return err
 	}
 	for _, m := range n.members {
-		if refusal := removalRefusal(ctx, r.Etcd, list, m); refusal != nil {
+		if refusal := etcdmember.RemovalRefusal(ctx, r.Etcd, list, m); refusal != nil {
 			return refusal
 		}
 	}
@@ -158,7 +158,7 @@ func describeAll(ms []etcdmember.Member) string {
 		if i > 0 {
 			s += ", "
 		}
-		s += describe(m)
+		s += etcdmember.Describe(m)
 	}
 	return s
 }
@@ -200,23 +200,23 @@ func (r *Remover) removeMember(ctx context.Context, n *node, log Logf) error {
 	if err != nil {
 		return err
 	}
-	mine := membersOf(list, n.name, n.peerURL())
+	mine := etcdmember.MembersOf(list, n.name, n.peerURL())
 	if len(mine) == 0 {
 		log("etcd has no member named %s or with peer URL %s: already removed", n.name, n.peerURL())
 		return nil
 	}
 	for _, m := range mine {
-		if refusal := removalRefusal(ctx, r.Etcd, list, m); refusal != nil {
+		if refusal := etcdmember.RemovalRefusal(ctx, r.Etcd, list, m); refusal != nil {
 			return refusal
 		}
 		err := r.Etcd.Remove(ctx, m.ID)
 		switch {
 		case etcdmember.IsNotFound(err):
-			log("etcd member %s: already removed", describe(m))
+			log("etcd member %s: already removed", etcdmember.Describe(m))
 		case err != nil:
-			return fmt.Errorf("removing etcd member %s: %w", describe(m), err)
+			return fmt.Errorf("removing etcd member %s: %w", etcdmember.Describe(m), err)
 		default:
-			log("removed etcd member %s", describe(m))
+			log("removed etcd member %s", etcdmember.Describe(m))
 		}
 		if list, err = r.Etcd.MemberList(ctx); err != nil {
 			return err

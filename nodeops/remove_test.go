@@ -153,7 +153,7 @@ func TestRemove(t *testing.T) {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("Remove: %v, want an error with %q", err, tc.wantErr)
 			}
-			var refusal *Refusal
+			var refusal *etcdmember.Refusal
 			if got := errors.As(err, &refusal); got != tc.wantRefusal {
 				t.Errorf("refused: %v, want %v (%v)", got, tc.wantRefusal, err)
 			}

@@ -1,11 +1,12 @@
-package nodeops
+// Removal safety: whether a member can leave without taking etcd down.
+
+package etcdmember
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
-
-	"github.com/kiln-project/kiln/etcdmember"
 )
 
 // Refusal is a removal kiln will not do: why, and the way out.
@@ -20,15 +21,20 @@ func (r *Refusal) Error() string { return "refusing: " + r.Why + ". " + r.WayOut
 // good, two-member clusters included.
 const DocsLostMaster = "docs/operations.md#a-master-lost-for-good"
 
+// Prober asks one member for its status (Client.Healthy).
+type Prober interface {
+	Healthy(ctx context.Context, clientURL string) error
+}
+
 // health is which voting members answer a status call.
 type health struct {
-	voters   []etcdmember.Member
+	voters   []Member
 	answers  map[uint64]bool
 	nAnswers int
 }
 
 // votersHealth asks every voting member for its status (5 s each).
-func votersHealth(ctx context.Context, e Etcd, list []etcdmember.Member) health {
+func votersHealth(ctx context.Context, e Prober, list []Member) health {
 	h := health{answers: map[uint64]bool{}}
 	for _, m := range list {
 		if m.IsLearner {
@@ -48,13 +54,13 @@ func (h health) down(skip uint64) []string {
 	var out []string
 	for _, m := range h.voters {
 		if !h.answers[m.ID] && m.ID != skip {
-			out = append(out, name(m))
+			out = append(out, memberName(m))
 		}
 	}
 	return out
 }
 
-func name(m etcdmember.Member) string {
+func memberName(m Member) string {
 	if m.Name != "" {
 		return m.Name
 	}
@@ -65,12 +71,12 @@ func name(m etcdmember.Member) string {
 // commit anything.
 func quorum(n int) int { return n/2 + 1 }
 
-// removalRefusal is nil when removing the voting member m from the
+// RemovalRefusal is nil when removing the voting member m from the
 // cluster whose member list is list keeps etcd working: m is not the
 // last voter, a quorum answers now (the removal must commit), and a
 // quorum of the voters that remain answers after it. A learner never
 // counts: removing it is always safe.
-func removalRefusal(ctx context.Context, e Etcd, list []etcdmember.Member, m etcdmember.Member) *Refusal {
+func RemovalRefusal(ctx context.Context, e Prober, list []Member, m Member) *Refusal {
 	if m.IsLearner {
 		return nil
 	}
@@ -79,7 +85,7 @@ func removalRefusal(ctx context.Context, e Etcd, list []etcdmember.Member, m etc
 	switch {
 	case n <= 1:
 		return &Refusal{
-			Why: fmt.Sprintf("%s is the cluster's last master (etcd member %s is its only voting member): removing it ends the cluster", name(m), describe(m)),
+			Why: fmt.Sprintf("%s is the cluster's last master (etcd member %s is its only voting member): removing it ends the cluster", memberName(m), Describe(m)),
 			WayOut: "Add a master first (a master node in the site file, kiln gen, boot it; wait until kiln node list shows it as a voter), then remove this one. " +
 				"To retire the whole cluster, power its machines off instead.",
 		}
@@ -87,7 +93,7 @@ func removalRefusal(ctx context.Context, e Etcd, list []etcdmember.Member, m etc
 		down := h.down(0)
 		return &Refusal{
 			Why: fmt.Sprintf("etcd has no quorum: %d of %d voting members answer (not answering: %s), and removing member %s needs %d to commit",
-				h.nAnswers, n, strings.Join(down, ", "), describe(m), quorum(n)),
+				h.nAnswers, n, strings.Join(down, ", "), Describe(m), quorum(n)),
 			WayOut: fmt.Sprintf("Bring %s back first. If a member is lost for good and the rest cannot reach quorum without it "+
 				"(one of two masters, two of three), kiln cannot remove it: see %s for etcd's disaster recovery", strings.Join(down, ", "), DocsLostMaster),
 		}
@@ -100,10 +106,31 @@ func removalRefusal(ctx context.Context, e Etcd, list []etcdmember.Member, m etc
 		down := h.down(m.ID)
 		return &Refusal{
 			Why: fmt.Sprintf("removing %s would leave etcd without quorum: %d voting members would remain, of which %d answer (not answering: %s; they need %d)",
-				name(m), n-1, after, strings.Join(down, ", "), quorum(n-1)),
+				memberName(m), n-1, after, strings.Join(down, ", "), quorum(n-1)),
 			WayOut: fmt.Sprintf("Bring %s back, or remove it first (kiln node remove %s), then remove %s.",
-				strings.Join(down, ", "), down[0], name(m)),
+				strings.Join(down, ", "), down[0], memberName(m)),
 		}
 	}
 	return nil
+}
+
+// MembersOf are the members registered for a node: by its name, or by
+// its peer URL (an unstarted learner has no name yet).
+func MembersOf(list []Member, name, peerURL string) []Member {
+	var out []Member
+	for _, m := range list {
+		if m.Name == name || (peerURL != "" && slices.Contains(m.PeerURLs, peerURL)) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Describe names a member in messages: ID, name and peer URLs.
+func Describe(m Member) string {
+	name := m.Name
+	if name == "" {
+		name = "not started"
+	}
+	return fmt.Sprintf("%x (%s, %s)", m.ID, name, strings.Join(m.PeerURLs, ","))
 }
