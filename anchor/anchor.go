@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -93,9 +94,48 @@ func (h Host) Keep(component string) (bool, error) {
 	return wrote, nil
 }
 
-// Cleanup moves the component's manifest to the backup directory, so the
-// kubelet stops the component and the file can be restored by hand.
+// Cleanup is the anchor pod's preStop: it moves the component's manifest
+// to the backup directory (Backup), so the kubelet stops the component.
+// etcd's only once this master's member has left the cluster
+// (manifests.EtcdMemberRemovedMarker, which the host's kiln-leave writes
+// after removing it; waited for until ctx ends): a member stopped while
+// still a voter counts against the quorum, and with two masters takes
+// the cluster down. Without the marker etcd keeps running and kiln-leave
+// moves its manifest after the removal.
 func (h Host) Cleanup(ctx context.Context, component string, now time.Time) error {
+	if component == "etcd" && !h.waitMemberRemoved(ctx) {
+		h.log("etcd: this master's member has not left the cluster (no %s): etcd's manifest stays; "+
+			"kiln-leave on the host removes the member when the Node loses its master label, then moves it", manifests.EtcdMemberRemovedMarker)
+		return nil
+	}
+	return h.Backup(ctx, component, now)
+}
+
+// waitMemberRemoved reports whether kiln-leave has recorded the removal of
+// this master's etcd member, waiting for it until ctx ends.
+func (h Host) waitMemberRemoved(ctx context.Context) bool {
+	for {
+		if _, err := os.Stat(h.path(manifests.EtcdMemberRemovedMarker)); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (h Host) log(format string, args ...any) {
+	if h.Log != nil {
+		h.Log(format, args...)
+	}
+}
+
+// Backup moves the component's manifest to the backup directory, so the
+// kubelet stops the component and the file can be restored by hand. A
+// manifest already gone is done.
+func (h Host) Backup(ctx context.Context, component string, now time.Time) error {
 	src := h.path(filepath.Join(manifests.StaticPodDir, component+".yaml"))
 	if _, err := os.Stat(src); os.IsNotExist(err) {
 		return nil
@@ -122,6 +162,9 @@ func move(src, dst string) error {
 	err := os.Rename(src, dst)
 	if errors.Is(err, syscall.EXDEV) {
 		err = copyThenRemove(src, dst)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // moved by the other of the pod's preStop and kiln-leave
 	}
 	if err != nil {
 		return err

@@ -99,9 +99,41 @@ func TestKeepWritesOnlyWhatDiffers(t *testing.T) {
 	}
 }
 
+// etcd's preStop keeps the manifest until kiln-leave says the member
+// left: a voter stopped in place costs the quorum.
+func TestEtcdCleanupWaitsForTheMemberRemoval(t *testing.T) {
+	h := withMembership(t, host(t))
+	if _, err := h.Keep("etcd"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.Cleanup(ctx, "etcd", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Root, manifests.StaticPodDir, "etcd.yaml")); err != nil {
+		t.Errorf("etcd's manifest moved with its member still in the cluster: %v", err)
+	}
+	if _, err := h.Keep("kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Cleanup(context.Background(), "kube-apiserver", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Root, manifests.StaticPodDir, "kube-apiserver.yaml")); !os.IsNotExist(err) {
+		t.Errorf("the apiserver's manifest is still in place (%v)", err)
+	}
+}
+
 func TestCleanupMovesToBackup(t *testing.T) {
 	h := withMembership(t, host(t))
 	if _, err := h.Keep("etcd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(h.Root, BackupDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.Root, manifests.EtcdMemberRemovedMarker), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)

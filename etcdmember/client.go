@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -58,6 +60,23 @@ func ClientTLS(certPEM, keyPEM, caPEM []byte) (*tls.Config, error) {
 		return nil, errors.New("the etcd CA: no certificate")
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// ClientFiles are the client pair and CA a master talks to etcd with
+// (the apiserver's etcd client certificate), relative to its PKI
+// directory.
+var ClientFiles = [3]string{"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "etcd/ca.crt"}
+
+// ReadClientTLS is ClientTLS from a master's PKI directory.
+func ReadClientTLS(pkiDir string) (*tls.Config, error) {
+	var pem [3][]byte
+	for i, f := range ClientFiles {
+		var err error
+		if pem[i], err = os.ReadFile(filepath.Join(pkiDir, f)); err != nil {
+			return nil, fmt.Errorf("the etcd client TLS: %w", err)
+		}
+	}
+	return ClientTLS(pem[0], pem[1], pem[2])
 }
 
 func call(ctx context.Context) (context.Context, context.CancelFunc) {

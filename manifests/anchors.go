@@ -26,6 +26,13 @@ const (
 	AnchorBackupDir = "/var/lib/kiln/manifests-backup"
 )
 
+// EtcdMemberRemovedMarker is written by a master's kiln-leave once it
+// has removed the master's own etcd member; the etcd anchor's cleanup
+// moves etcd's manifest only when it is there, so a master whose anchor
+// pods are deleted (its master label removed) never stops a member that
+// still counts toward the quorum.
+const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
+
 // Anchors are one DaemonSet per anchored component on the masters (by
 // label), and the discovery anchor on every node. The controller-manager's
 // anchor, under its own service account (nodes: get, list, patch), also

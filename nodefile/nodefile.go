@@ -42,6 +42,11 @@ const (
 	RemovedStamp      = "/var/lib/kiln/removed"
 )
 
+// StampDir holds the role's one-shot steps' stamps, on the state
+// partition: <role>/<phase>, e.g. master/label once the master label is
+// on the Node.
+const StampDir = "/var/lib/kiln/stamps"
+
 // ClusterAdminsGroup is the group of the operator's admin credential,
 // bound to the cluster-admin role by an add-on (as kubeadm binds
 // kubeadm:cluster-admins): RBAC can take it away, unlike system:masters.

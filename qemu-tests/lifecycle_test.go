@@ -7,14 +7,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -60,7 +65,8 @@ func lifecycleAsked() bool { return os.Getenv("KILN_LIFECYCLE") == "1" }
 // its name; `kiln node remove m2`, the real command run inside the
 // namespace, leaves etcd with m1 alone and the discovery name without
 // m2; m2 re-imaged joins etcd again as a voting member and serves the
-// discovery name; `kiln node list` then finds nothing wrong.
+// discovery name; `kiln node list` then finds nothing wrong; and last m2
+// is removed through the API (its master label taken off).
 func reimageAndMoveMasters(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, tl *bootTimeline,
 	nodes []*clusterVM, cfgs map[string][]byte, dir, pkiDir, image string) {
 	t.Helper()
@@ -108,6 +114,37 @@ func reimageAndMoveMasters(t *testing.T, tp cluster.Topology, seg *netns.Net, ku
 	if err != nil {
 		t.Errorf("kiln node list after the re-imaging: %v", err)
 	}
+	removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image)
+}
+
+// removeMasterThroughAPI takes m2's master label off through the API, as
+// the last step of moving the master role: m2's kiln-leave removes its
+// own etcd member (two voters that both answer: one may go), then stops,
+// moves its control-plane manifests to the backup directory and wipes
+// its etcd data; etcd is left with m1 alone, the discovery name without
+// m2, and the cluster still takes writes.
+func removeMasterThroughAPI(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, m2 *clusterVM, m1cfg []byte, image string) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	patch := []byte(`{"metadata":{"labels":{"` + manifests.MasterLabel + `":null}}}`)
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, m2.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("taking %s's master label off: %v", m2.Name, err)
+	}
+	waitLine(t, m2.VM, `kiln-leave: left the cluster`)
+	t.Logf("%s's master label taken off: it left %s later", m2.Name, time.Since(start).Round(time.Second))
+	for _, said := range []string{"removing this master's etcd member", "moved the control-plane manifests to", "wiped etcd's data directory"} {
+		if _, ok := m2.Find(regexp.MustCompile(`kiln-leave: .*` + regexp.QuoteMeta(said))); !ok {
+			t.Errorf("%s's console does not say %q", m2.Name, said)
+		}
+	}
+	checkEtcdVoters(t, tp, seg, m1cfg, []string{"m1"})
+	checkDiscoveryFromWorker(t, []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "written-after-m2-left"}}
+	createEventually(t, "ConfigMap "+cm.Name, func() error {
+		_, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	})
 }
 
 // reimage does to a machine what re-imaging does: power off, a blank

@@ -303,14 +303,22 @@ func newLeaveWatchCmd() *cobra.Command {
 	var root string
 	cmd := &cobra.Command{
 		Use:   "leave-watch",
-		Short: "Stop this node for good once kiln node remove marks its Node (run by kiln-leave.service)",
+		Short: "Stop this node for good once it is removed (run by kiln-leave.service)",
 		Long: `Read this node's Node object every 10 s with the kubelet's credential. When
 kiln node remove has marked it (annotation ` + nodefile.RemovedAnnotation + `), record the removal on the
 state partition (` + nodefile.RemovedStamp + `), stop the kubelet and every pod (kubepods.slice),
 say so on the console and answer on the Node (annotation ` + nodefile.LeftAnnotation + `). A node
 with the record stays out on every later boot: kiln-role refuses to start, the
 kubelet does not start. Re-image the machine with a blank state disk to bring
-it back.`,
+it back.
+
+A master also leaves when two reads in a row find its Node deleted or without
+the label ` + manifests.MasterLabel + ` (once its role had labelled it): it
+removes its own etcd member first, through the other masters and only when etcd
+keeps a quorum without it (a refusal is printed and tried again), then stops as
+above, moves its control-plane manifests to ` + manifests.AnchorBackupDir + `
+and wipes ` + manifests.EtcdDataDir + `. A master kiln node remove took out does the
+same cleanup once etcd confirms its member is gone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

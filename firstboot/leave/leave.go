@@ -1,12 +1,17 @@
-// Package leave makes a node that kiln node remove took out of the
-// cluster leave it for good. A running kubelet whose Node was deleted
-// registers it again, so deleting the Node is not enough: the node
-// itself must stop. kiln-leave.service polls the node's own Node object
-// with the kubelet's credential; once it carries
-// nodefile.RemovedAnnotation, the node records nodefile.RemovedStamp on
-// its state partition (so later boots stay out too), stops the kubelet
-// and every pod, says so on the console and answers with
-// nodefile.LeftAnnotation.
+// Package leave makes a node that was taken out of the cluster leave it
+// for good. A running kubelet whose Node was deleted registers it again,
+// so deleting the Node is not enough: the node itself must stop.
+// kiln-leave.service polls the node's own Node object with the kubelet's
+// credential; once it carries nodefile.RemovedAnnotation (kiln node
+// remove), the node records nodefile.RemovedStamp on its state partition
+// (so later boots stay out too), stops the kubelet and every pod, says so
+// on the console and answers with nodefile.LeftAnnotation.
+//
+// A master also leaves when it is removed through the API: its Node
+// deleted, or its master label taken off (master.go). It removes its own
+// etcd member first, under the quorum rule kiln node remove applies,
+// then stops, moves its control-plane manifests to the backup directory
+// and wipes its etcd data.
 package leave
 
 import (
@@ -25,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -54,6 +60,9 @@ type Watcher struct {
 	// master's own apiserver stops with its pods. One client per other
 	// master, at its address.
 	Fallbacks []kubernetes.Interface
+	// Master is set on a master: what it needs to leave the control
+	// plane when it is removed through the API.
+	Master *Master
 }
 
 // Removed reads the stamp a node that left keeps: its text, and whether
@@ -69,12 +78,30 @@ func Removed(root string) (string, bool) {
 // Run reads the Node every Interval until it is marked removed, then
 // leaves and returns. Errors reading the Node (the apiservers down, the
 // Node not yet or no longer there) are not a removal: it keeps reading.
+//
+// A master (Master set) also leaves when two reads in a row, an Interval
+// apart, find its Node deleted or without the master label, once this
+// master had been labelled; a leave the quorum rule refuses is said on
+// the console and tried again at the next read.
 func (w *Watcher) Run(ctx context.Context) error {
+	seen, lastRefusal := 0, ""
 	for {
 		node, err := w.Kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
 		if err == nil {
 			if at, ok := node.Annotations[nodefile.RemovedAnnotation]; ok {
 				return w.Leave(ctx, at)
+			}
+		}
+		if why, removed := w.masterRemoved(node, err); !removed {
+			seen = 0
+		} else if seen++; seen >= 2 {
+			err := w.LeaveControlPlane(ctx, why)
+			if err == nil {
+				return nil
+			}
+			if msg := err.Error(); msg != lastRefusal {
+				w.Console("not leaving yet: %s", msg)
+				lastRefusal = msg
 			}
 		}
 		select {
@@ -90,26 +117,53 @@ func (w *Watcher) Run(ctx context.Context) error {
 // still leaves a node that stays out.
 func (w *Watcher) Leave(ctx context.Context, at string) error {
 	text := fmt.Sprintf("removed from the cluster by kiln node remove at %s\n", at)
-	if err := atomicfile.WriteFile(filepath.Join(w.Root, nodefile.RemovedStamp), []byte(text), 0o644, nil); err != nil {
+	if err := w.stop(ctx, text, fmt.Sprintf("removed from the cluster (kiln node remove at %s)", at)); err != nil {
+		return err
+	}
+	if w.Master != nil {
+		// kiln node remove took the member out before marking the Node.
+		w.retireIfMemberGone(ctx)
+	}
+	w.sayLeft(ctx)
+	return nil
+}
+
+// stop records the removal (stamp first: a power cut in the middle
+// still leaves a node that stays out), says why on the console, and
+// stops the kubelet and every pod.
+func (w *Watcher) stop(ctx context.Context, stamp, why string) error {
+	if err := atomicfile.WriteFile(filepath.Join(w.Root, nodefile.RemovedStamp), []byte(stamp), 0o644, nil); err != nil {
 		return fmt.Errorf("recording the removal: %w", err)
 	}
-	w.Console("removed from the cluster (kiln node remove at %s): stopping the kubelet and every pod; this machine stays out until it is re-imaged with a blank state disk", at)
+	w.Console("%s: stopping the kubelet and every pod; this machine stays out until it is re-imaged with a blank state disk", why)
 	args := append([]string{"stop"}, StopUnits...)
 	if out, err := w.Sys.Run(ctx, "systemctl", args...); err != nil {
 		return fmt.Errorf("systemctl stop %v: %w: %s", StopUnits, err, out)
 	}
-	left := w.now().UTC().Format(time.RFC3339)
+	return nil
+}
+
+// sayLeft answers on the Node; a node that cannot has left all the same
+// (kiln node remove goes on after its bound).
+func (w *Watcher) sayLeft(ctx context.Context) {
+	if err := w.answer(ctx, w.now().UTC().Format(time.RFC3339)); err != nil {
+		w.Console("left the cluster; could not say so on Node %s: %v", w.Node, err)
+		return
+	}
+	w.Console("left the cluster")
+}
+
+// answer marks the Node as left, through the discovery name or else
+// through each other master's address.
+func (w *Watcher) answer(ctx context.Context, left string) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.LeftAnnotation: left}}})
 	var err error
 	for _, kube := range append([]kubernetes.Interface{w.Kube}, w.Fallbacks...) {
 		if _, err = kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-			w.Console("left the cluster")
 			return nil
 		}
 	}
-	// The node has left; kiln node remove goes on after its bound.
-	w.Console("left the cluster; could not say so on Node %s: %v", w.Node, err)
-	return nil
+	return err
 }
 
 func (w *Watcher) now() time.Time {
@@ -161,7 +215,40 @@ func NewWatcher(root string, sys Runner, console func(format string, args ...any
 		}
 		w.Fallbacks = append(w.Fallbacks, c)
 	}
+	if f.Role == nodefile.RoleGenesis || f.Role == nodefile.RoleMaster {
+		w.Master = newMaster(root, f)
+	}
 	return w, nil
+}
+
+// newMaster is a master's way out of the control plane: labelled once
+// the genesis or master role's label phase is stamped (a genesis machine
+// re-imaged joins as a master), its etcd reached through the other
+// masters' client URLs with the apiserver's etcd client certificate.
+func newMaster(root string, f *nodefile.NodeFile) *Master {
+	var others []string
+	for _, m := range f.Masters {
+		if m.Name != f.Name {
+			others = append(others, etcdmember.ClientURL(m.Address))
+		}
+	}
+	return &Master{
+		Labelled: func() bool {
+			return fileExists(filepath.Join(root, nodefile.StampDir, nodefile.RoleGenesis, "label")) ||
+				fileExists(filepath.Join(root, nodefile.StampDir, nodefile.RoleMaster, "label"))
+		},
+		PeerURL: etcdmember.PeerURL(f.Address),
+		Etcd: func() (Etcd, error) {
+			if len(others) == 0 {
+				return nil, fmt.Errorf("no other master in %s to reach etcd through", nodefile.Path)
+			}
+			cfg, err := etcdmember.ReadClientTLS(filepath.Join(root, nodefile.PKIDir))
+			if err != nil {
+				return nil, err
+			}
+			return etcdmember.Dial(others, cfg)
+		},
+	}
 }
 
 func fileExists(p string) bool {

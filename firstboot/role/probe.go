@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"time"
 
@@ -99,14 +98,7 @@ func isTimeout(err error) bool {
 // etcdClientTLS is the client side of every etcd connection a master
 // makes: its apiserver-etcd-client pair, trusting only the etcd CA.
 func (n *Node) etcdClientTLS() (*tls.Config, error) {
-	var pem [3][]byte
-	for i, f := range []string{"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "etcd/ca.crt"} {
-		var err error
-		if pem[i], err = os.ReadFile(n.path(nodefile.PKIDir + "/" + f)); err != nil {
-			return nil, fmt.Errorf("the etcd client TLS: %w", err)
-		}
-	}
-	return etcdmember.ClientTLS(pem[0], pem[1], pem[2])
+	return etcdmember.ReadClientTLS(n.path(nodefile.PKIDir))
 }
 
 // otherMasters are the site's masters other than this node.

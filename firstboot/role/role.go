@@ -61,7 +61,7 @@ type Node struct {
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
-const StampDir = "/var/lib/kiln/stamps"
+const StampDir = nodefile.StampDir
 
 // Result is what the role reports on its final line.
 type Result struct {
