@@ -69,81 +69,125 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 // every VM at once, boots them all again with no config, checks it again,
 // and at the end removes the running worker w1.
 func clusterScenario(t *testing.T, tp cluster.Topology) {
-	out := outDir(t)
-	dir := logDir(t, out)
-	image, err := cluster.KilnImage(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkiDir := filepath.Join(t.TempDir(), "pki")
-	cfgs, err := cluster.Configs(tp.Site(), pkiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := cluster.AdminKubeconfig(tp.Site(), pkiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newClusterRun(t, tp)
 	// m1's kubelet starts with a client certificate past its renew
 	// deadline: it must renew it through the cluster (issue 13 §5).
-	m1, shortCertEnd, err := cluster.WithShortLivedKubeletCert(cfgs["m1"], pkiDir, "m1", 30*time.Minute)
+	m1, shortCertEnd, err := cluster.WithShortLivedKubeletCert(r.cfgs["m1"], r.pkiDir, "m1", 30*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgs["m1"] = withDockerProbe(t, m1, image)
-	for name := range cfgs {
-		cfgs[name] = withCPUReport(t, cfgs[name])
-	}
-	seg := segment(t)
-	tl := newBootTimeline(t, dir, "cluster scenario")
-	var nodes []*clusterVM
-	for _, m := range tp.Machines {
-		nodes = append(nodes, &clusterVM{Machine: m})
-	}
-	powerOn := func(after string) {
-		for _, n := range nodes {
-			if n.After == after && n.VM == nil {
-				n.VM = startClusterVM(t, seg, out, dir, n.Machine, cfgs[n.Name])
-			}
-		}
-	}
-	powerOn("")
-	kube, _, err := cluster.NetnsClient(admin, "", seg.DialContext)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after the VMs, so it runs while they still do.
-	t.Cleanup(func() {
-		if t.Failed() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(ctx, kube))
-		}
-	})
-	for _, n := range waitOrder(nodes) {
-		waitDone(t, tl, n, firstBootHow(n.Role))
-		powerOn(n.Name)
-	}
+	r.cfgs["m1"] = withDockerProbe(t, m1, r.image)
+	r.bootAll(t)
+	nodes, seg, kube, image, cfgs := r.nodes, r.seg, r.kube, r.image, r.cfgs
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})
 	checkWholeCluster(t, tp, seg, kube, cfgs["m1"], time.Time{})
 	m1IP := tp.Machines[0].IP()
 	parallelChecks(t, "joined",
 		namedCheck{"cluster DNS from w1", func(t *testing.T) { checkClusterDNS(t, kube, image) }},
-		namedCheck{"kubectl with admin.kubeconfig as written", func(t *testing.T) { kubectlGetNodes(t, tp, seg, admin) }},
+		namedCheck{"kubectl with admin.kubeconfig as written", func(t *testing.T) { kubectlGetNodes(t, tp, seg, r.admin) }},
 		namedCheck{"pod network w1 to m1", func(t *testing.T) { checkPodNetwork(t, kube, image) }},
-		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFromWorker(t, tp.Masters(), nil, kube, image) }},
+		namedCheck{"discovery from w1", func(t *testing.T) { checkDiscoveryFrom(t, "w1", tp.Masters(), nil, kube, image) }},
 		namedCheck{"hardening", func(t *testing.T) {
 			checkHardening(t, kube, cfgs["m1"], "https://"+m1IP+":6443", "https://"+m1IP+":2379", seg.DialContext)
 		}},
 		namedCheck{"m1's kubelet client certificate renewed", func(t *testing.T) { checkClientCertRenewed(t, kube, "m1", shortCertEnd) }})
 
 	for cut := 1; cut <= powerCuts(t); cut++ {
-		wholeClusterPowerCut(t, tp, seg, kube, tl, nodes, cfgs["m1"], image, cut)
+		wholeClusterPowerCut(t, tp, seg, kube, r.tl, nodes, cfgs["m1"], image, cut)
 	}
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
 	if lifecycleAsked() && len(tp.Masters()) > 1 {
-		reimageAndMoveMasters(t, tp, seg, kube, tl, nodes, cfgs, dir, pkiDir, image)
+		reimageAndMoveMasters(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
 	}
+}
+
+// clusterRun is one boot of a topology's site: its configs (from a kiln
+// gen run into the test's PKI directory), its segment, timeline and
+// machines, and an admin client through the segment.
+type clusterRun struct {
+	tp                      cluster.Topology
+	out, dir, image, pkiDir string
+	cfgs                    map[string][]byte
+	admin                   []byte
+	seg                     *netns.Net
+	tl                      *bootTimeline
+	nodes                   []*clusterVM
+	kube                    kubernetes.Interface
+}
+
+// newClusterRun generates the topology's configs and makes its segment;
+// no machine is powered on yet, so the configs can still be changed.
+func newClusterRun(t *testing.T, tp cluster.Topology) *clusterRun {
+	t.Helper()
+	r := &clusterRun{tp: tp, out: outDir(t)}
+	r.dir = logDir(t, r.out)
+	var err error
+	if r.image, err = cluster.KilnImage(r.out); err != nil {
+		t.Fatal(err)
+	}
+	r.pkiDir = filepath.Join(t.TempDir(), "pki")
+	if r.cfgs, err = cluster.Configs(tp.Site(), r.pkiDir); err != nil {
+		t.Fatal(err)
+	}
+	if r.admin, err = cluster.AdminKubeconfig(tp.Site(), r.pkiDir); err != nil {
+		t.Fatal(err)
+	}
+	for name := range r.cfgs {
+		r.cfgs[name] = withCPUReport(t, r.cfgs[name])
+	}
+	r.seg = segment(t)
+	r.tl = newBootTimeline(t, r.dir, "cluster scenario")
+	for _, m := range tp.Machines {
+		r.nodes = append(r.nodes, &clusterVM{Machine: m})
+	}
+	if r.kube, _, err = cluster.NetnsClient(r.admin, "", r.seg.DialContext); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// powerOn boots the machines that wait for after ("" : the first ones).
+func (r *clusterRun) powerOn(t *testing.T, after string) {
+	for _, n := range r.nodes {
+		if n.After == after && n.VM == nil {
+			n.VM = startClusterVM(t, r.seg, r.out, r.dir, n.Machine, r.cfgs[n.Name])
+		}
+	}
+}
+
+// bootAll powers the machines on, each once the machine it waits for is
+// done, and waits for every first boot's done line.
+func (r *clusterRun) bootAll(t *testing.T) {
+	t.Helper()
+	r.powerOn(t, "")
+	// Registered after the VMs, so it runs while they still do.
+	t.Cleanup(func() {
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			t.Logf("the cluster when the test failed:\n%s", clustercheck.Describe(ctx, r.kube))
+		}
+	})
+	for _, n := range waitOrder(r.nodes) {
+		waitDone(t, r.tl, n, firstBootHow(n.Role))
+		r.powerOn(t, n.Name)
+	}
+}
+
+// TestMasterRemovedThroughTheAPI (KILN_CLUSTER=1, make cluster-test
+// CLUSTER_TESTS=TestMasterRemovedThroughTheAPI): genesis m1 and master m2
+// powered on together; once both are done and voting members, m2's master
+// label is taken off through the API and m2 leaves the control plane by
+// itself (removeMasterThroughAPI), checked from m1's node-local DNS.
+func TestMasterRemovedThroughTheAPI(t *testing.T) {
+	if os.Getenv("KILN_CLUSTER") != "1" {
+		t.Skip("runs with KILN_CLUSTER=1 (make cluster-test CLUSTER_TESTS=TestMasterRemovedThroughTheAPI); make soak's lifecycle steps do the same on the three-VM cluster")
+	}
+	tp := cluster.TwoMasters()
+	r := newClusterRun(t, tp)
+	r.bootAll(t)
+	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2"})
+	removeMasterThroughAPI(t, tp, r.seg, r.kube, r.nodes[1], r.cfgs["m1"], r.image, "m1")
 }
 
 // waitOrder is the order in which the scenario waits for the machines'
@@ -480,25 +524,25 @@ func checkPodNetwork(t *testing.T, kube kubernetes.Interface, image string) {
 	}
 }
 
-// checkDiscoveryFromWorker asks w1's node-local CoreDNS (from a host
-// network pod on w1) for the discovery name: every master of want
+// checkDiscoveryFrom asks node's node-local CoreDNS (from a host
+// network pod there) for the discovery name: every master of want
 // answers, none of gone does.
-func checkDiscoveryFromWorker(t *testing.T, want, gone []cluster.Machine, kube kubernetes.Interface, image string) {
+func checkDiscoveryFrom(t *testing.T, node string, want, gone []cluster.Machine, kube kubernetes.Interface, image string) {
 	t.Helper()
-	pod := clustercheck.CheckPod("discovery-check", image, "w1", "dns", "--retry", "60s", "kube-apiserver.kiln.internal")
+	pod := clustercheck.CheckPod("discovery-check", image, node, "dns", "--retry", "60s", "kube-apiserver.kiln.internal")
 	pod.Spec.HostNetwork = true
 	pod.Spec.DNSPolicy = corev1.DNSNone
 	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}}
-	eventually(t, "the discovery name from w1 lists the masters serving", 3*time.Minute, func() error {
+	eventually(t, "the discovery name from "+node+" lists the masters serving", 3*time.Minute, func() error {
 		_, logs := runCheckPod(t, kube, pod)
 		for _, m := range want {
 			if !strings.Contains(logs, m.IP()) {
-				return fmt.Errorf("w1's node-local DNS: %q, want %s", logs, m.IP())
+				return fmt.Errorf("%s's node-local DNS: %q, want %s", node, logs, m.IP())
 			}
 		}
 		for _, m := range gone {
 			if strings.Contains(logs, m.IP()) {
-				return fmt.Errorf("w1's node-local DNS: %q, still lists %s", logs, m.IP())
+				return fmt.Errorf("%s's node-local DNS: %q, still lists %s", node, logs, m.IP())
 			}
 		}
 		return nil

@@ -99,7 +99,7 @@ func reimageAndMoveMasters(t *testing.T, tp cluster.Topology, seg *netns.Net, ku
 	}
 	waitLine(t, m2.VM, `kiln-leave: left the cluster`)
 	checkEtcdVoters(t, tp, seg, cfgs["m1"], []string{"m1"})
-	checkDiscoveryFromWorker(t, []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
+	checkDiscoveryFrom(t, "w1", []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
 
 	start = time.Now()
 	since = reimage(t, m2, dir, cfgs["m2"])
@@ -107,23 +107,24 @@ func reimageAndMoveMasters(t *testing.T, tp cluster.Topology, seg *netns.Net, ku
 	eventually(t, "node m2 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m2", since) })
 	t.Logf("m2 re-imaged: joined and Ready again %s after power-on", time.Since(start).Round(time.Second))
 	checkEtcdVoters(t, tp, seg, cfgs["m1"], []string{"m1", "m2"})
-	checkDiscoveryFromWorker(t, tp.Masters(), nil, kube, image)
+	checkDiscoveryFrom(t, "w1", tp.Masters(), nil, kube, image)
 
 	out, err = seg.Command(ctx, kiln, "node", "list", "-f", siteFile, "--pki", pkiDir).CombinedOutput()
 	t.Logf("kiln node list:\n%s", out)
 	if err != nil {
 		t.Errorf("kiln node list after the re-imaging: %v", err)
 	}
-	removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image)
+	removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image, "w1")
 }
 
 // removeMasterThroughAPI takes m2's master label off through the API, as
 // the last step of moving the master role: m2's kiln-leave removes its
 // own etcd member (two voters that both answer: one may go), then stops,
 // moves its control-plane manifests to the backup directory and wipes
-// its etcd data; etcd is left with m1 alone, the discovery name without
-// m2, and the cluster still takes writes.
-func removeMasterThroughAPI(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, m2 *clusterVM, m1cfg []byte, image string) {
+// its etcd data; etcd is left with m1 alone, the discovery name (asked
+// from askFrom's node-local DNS) without m2, and the cluster still takes
+// writes.
+func removeMasterThroughAPI(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, m2 *clusterVM, m1cfg []byte, image, askFrom string) {
 	t.Helper()
 	ctx := context.Background()
 	start := time.Now()
@@ -139,7 +140,7 @@ func removeMasterThroughAPI(t *testing.T, tp cluster.Topology, seg *netns.Net, k
 		}
 	}
 	checkEtcdVoters(t, tp, seg, m1cfg, []string{"m1"})
-	checkDiscoveryFromWorker(t, []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
+	checkDiscoveryFrom(t, askFrom, []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "written-after-m2-left"}}
 	createEventually(t, "ConfigMap "+cm.Name, func() error {
 		_, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})

@@ -54,6 +54,14 @@ func ThreeNodes() Topology {
 	}}
 }
 
+// TwoMasters is m1 (genesis) and m2 (master) powered on together, as in
+// ThreeNodes, without a worker: the removal of a master through the API.
+func TwoMasters() Topology {
+	tp := ThreeNodes()
+	tp.Machines = tp.Machines[:2]
+	return tp
+}
+
 // TwoNodes is m1 (genesis, 2 vCPUs) and w1 (worker), w1 powered on once
 // m1 is done: make test's cluster scenario, and part of make soak.
 // Booted side by side, the three vCPU threads on two cores slowed both
