@@ -22,7 +22,16 @@ var errClusterExists = errors.New("cluster already exists")
 // the kubelet bring the control plane back from the persisted static
 // pods. When another master's etcd answers before this node ever
 // bootstrapped, the cluster exists: the node joins it as a master.
+//
+// A genesis machine that joined as a master (its master/etcd-join is
+// stamped) is a master on every later boot: after a whole-cluster power
+// cut no other master's etcd may answer yet, and its own etcd member is
+// one the others need for their quorum.
 func (n *Node) runGenesis(ctx context.Context) (Result, error) {
+	if n.stamped("master/etcd-join") && !n.stamped("genesis/bootstrap") {
+		n.Log("genesis: this machine joined the cluster as a master; it comes back as one")
+		return n.runRole(ctx, nodefile.RoleMaster, "joined", n.masterPhases())
+	}
 	res, err := n.runRole(ctx, nodefile.RoleGenesis, "bootstrapped", n.genesisPhases())
 	if errors.Is(err, errClusterExists) {
 		n.Log("genesis: %s; joining as a master", strings.TrimPrefix(err.Error(), "genesis/cluster-absent: "))

@@ -163,6 +163,36 @@ func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	}
 }
 
+// A genesis machine that once joined as a master never asks again
+// whether the cluster exists: after a whole-cluster power cut the other
+// masters' etcd may refuse connections, which would count as absent.
+func TestGenesisThatJoinedComesBackAsAMaster(t *testing.T) {
+	root, _ := nodeRoot(t, "g1")
+	pointMastersAtLoopback(t, root)
+	stamp := filepath.Join(root, StampDir, "master", "etcd-join")
+	if err := os.MkdirAll(filepath.Dir(stamp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stamp, []byte("2026-11-26T06:00:00Z\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log []string
+	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: freePort(t),
+		Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := n.Run(ctx)
+	if !slices.Contains(log, "genesis: this machine joined the cluster as a master; it comes back as one") {
+		t.Errorf("console: %q", log)
+	}
+	if err != nil && strings.HasPrefix(err.Error(), "genesis/") {
+		t.Errorf("ran the genesis phases: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, StampDir, "genesis", "bootstrap")); !os.IsNotExist(err) {
+		t.Errorf("a machine that joined recorded a bootstrap (%v)", err)
+	}
+}
+
 // Failing closed: a master whose port answers TLS with a certificate
 // from another CA is not proof that no cluster exists.
 func TestGenesisRefusesWhenAMasterCannotBeRuledOut(t *testing.T) {
