@@ -187,7 +187,7 @@ func TestMasterRemovedThroughTheAPI(t *testing.T) {
 	r := newClusterRun(t, tp)
 	r.bootAll(t)
 	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2"})
-	removeMasterThroughAPI(t, tp, r.seg, r.kube, r.nodes[1], r.cfgs["m1"], r.image, "m1")
+	removeMasterThroughAPI(t, tp, r.seg, r.kube, r.nodes[1], r.cfgs["m1"], r.image, "m1", tp.Machines[0])
 }
 
 // waitOrder is the order in which the scenario waits for the machines'

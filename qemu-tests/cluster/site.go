@@ -27,6 +27,8 @@ const (
 	M1Addr = "10.77.0.11/24"
 	M2MAC  = "52:54:00:77:00:12"
 	M2Addr = "10.77.0.12/24"
+	M3MAC  = "52:54:00:77:00:13"
+	M3Addr = "10.77.0.13/24"
 	W1MAC  = "52:54:00:77:00:21"
 	W1Addr = "10.77.0.21/24"
 )
@@ -52,6 +54,35 @@ func ThreeNodes() Topology {
 		{Name: "m2", Role: "master", MAC: M2MAC, Addr: M2Addr, CPUs: 1, MemoryMiB: 3072},
 		{Name: "w1", Role: "worker", MAC: W1MAC, Addr: W1Addr, CPUs: 1, MemoryMiB: 2048, After: "m2", Labels: w1Labels},
 	}}
+}
+
+// ThreeMastersAndWorker is make soak's lifecycle site: m1 (genesis) and
+// m2 powered on together, m3 once m2 has joined, w1 once m3 has; w1 has a
+// master's memory, as it takes the master role from m2 later.
+func ThreeMastersAndWorker() Topology {
+	tp := ThreeNodes()
+	m3 := Machine{Name: "m3", Role: "master", MAC: M3MAC, Addr: M3Addr, CPUs: 1, MemoryMiB: 3072, After: "m2"}
+	w1 := tp.Machines[2]
+	w1.After, w1.MemoryMiB = "m3", 3072
+	tp.Machines = []Machine{tp.Machines[0], tp.Machines[1], m3, w1}
+	return tp
+}
+
+// WithRole is the topology with machine name given role (and without the
+// machines in drop): the site kiln gen runs again when a machine takes
+// another role or leaves.
+func (tp Topology) WithRole(name, role string, drop ...string) Topology {
+	var out Topology
+	for _, m := range tp.Machines {
+		if slices.Contains(drop, m.Name) {
+			continue
+		}
+		if m.Name == name {
+			m.Role = role
+		}
+		out.Machines = append(out.Machines, m)
+	}
+	return out
 }
 
 // TwoMasters is m1 (genesis) and m2 (master) powered on together, as in
