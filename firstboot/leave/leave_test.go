@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -129,26 +128,10 @@ func TestLeaveAnswersThroughAnotherMaster(t *testing.T) {
 // address.
 func TestNewWatcherFallsBackToTheOtherMasters(t *testing.T) {
 	root := t.TempDir()
-	write := func(p, data string) {
-		t.Helper()
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(nodefile.Path, `{"apiVersion": "`+nodefile.APIVersion+`", "kind": "`+nodefile.Kind+`", "name": "m2", "role": "master",
+	write(t, root, nodefile.Path, `{"apiVersion": "`+nodefile.APIVersion+`", "kind": "`+nodefile.Kind+`", "name": "m2", "role": "master",
 		"cluster": {"apiServerPort": 6443, "discoveryName": "kube-apiserver.kiln.internal"},
 		"masters": [{"name": "m1", "address": "10.77.0.11"}, {"name": "m2", "address": "10.77.0.12"}, {"name": "m3", "address": "10.77.0.13"}]}`)
-	write(filepath.Join(nodefile.KubeconfigDir, "kubelet.conf"), `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://kube-apiserver.kiln.internal:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`)
+	write(t, root, filepath.Join(nodefile.KubeconfigDir, "kubelet.conf"), kubeconfig)
 	w, err := NewWatcher(root, &recorder{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
