@@ -65,7 +65,8 @@ func clusterNodes() []*clusterNode {
 // benchCluster times the QEMU cluster scenario's site on the image: m1
 // and m2 together to m1's bootstrap and m2's join, then w1's join and
 // every Node Ready; then a whole-cluster power cut and every machine
-// back with no config. The floor is the same ISO's plain boot to the
+// back with no config; then w1 and m2 each removed with kiln node remove
+// and re-imaged (timeLifecycle). The floor is the same ISO's plain boot to the
 // login prompt, measured here too. The namespace is removed and every VM
 // powered off when the part ends, whatever happened.
 func benchCluster(ctx context.Context, o options, work string, r *report) (err error) {
@@ -98,7 +99,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 			err = errors.Join(err, fmt.Errorf("removing namespace %s: %w", seg.Name, cerr))
 		}
 	}()
-	c := &clusterRun{o: o, seg: seg, dir: dir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, r: r}
+	c := &clusterRun{o: o, seg: seg, dir: dir, pkiDir: pkiDir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, r: r}
 	defer powerOff(c.nodes) // before the namespace goes: QEMU runs inside it
 	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
 		return err
@@ -109,21 +110,28 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 	if err := r.write(o.results); err != nil { // keep the joins if the power cut fails
 		return err
 	}
-	return c.timePowerCut(ctx)
+	if err := c.timePowerCut(ctx); err != nil {
+		return err
+	}
+	if err := r.write(o.results); err != nil { // keep the power cut if the lifecycle fails
+		return err
+	}
+	return c.timeLifecycle(ctx)
 }
 
 // clusterRun is one run of the cluster part: its site's machines on a
 // namespace's bridge, their configs, a client through the namespace, and
 // the floor its figures go beside.
 type clusterRun struct {
-	o     options
-	seg   *netns.Net
-	dir   string
-	nodes []*clusterNode
-	cfgs  map[string][]byte
-	kube  kubernetes.Interface
-	floor time.Duration
-	r     *report
+	o      options
+	seg    *netns.Net
+	dir    string
+	pkiDir string
+	nodes  []*clusterNode
+	cfgs   map[string][]byte
+	kube   kubernetes.Interface
+	floor  time.Duration
+	r      *report
 }
 
 // timeJoins powers on m1 and m2 together, then w1 once m2 has joined
@@ -243,7 +251,12 @@ func (c *clusterRun) waitSettled(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	what = "etcd: two voting members, no learner"
+	return c.waitVoters(ctx)
+}
+
+// waitVoters waits for etcd with two voting members, both started.
+func (c *clusterRun) waitVoters(ctx context.Context) error {
+	what := "etcd: two voting members, no learner"
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
 	return clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
 		m1, _, _ := strings.Cut(cluster.M1Addr, "/")
