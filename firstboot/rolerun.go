@@ -18,8 +18,9 @@ import (
 // RunRole does the node's role (kiln-role.service, after the config is
 // applied) and ends with one console line: "kiln-firstboot: done
 // role=<role>" or "kiln-firstboot: error: <reason>". The role's state is
-// added to /run/kiln/status.json.
-func RunRole(ctx context.Context, root string, console io.Writer, sys System, wait time.Duration) error {
+// added to /run/kiln/status.json. version is the agent's, which the role
+// publishes on the node's Node.
+func RunRole(ctx context.Context, root string, console io.Writer, sys System, wait time.Duration, version string) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(console, prefix+format+"\n", args...) }
 	st := readStatus(root)
 	name := "unknown"
@@ -28,7 +29,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	}
 	st.Role = &RoleStatus{Name: name, State: "running"}
 	writeStatusFile(root, st, logf)
-	n := &role.Node{Root: root, Sys: sys, Log: logf, Wait: wait}
+	n := &role.Node{Root: root, Sys: sys, Log: logf, Wait: wait, Version: version}
 	start := time.Now()
 	res, err := runChecked(ctx, root, n)
 	if err != nil {

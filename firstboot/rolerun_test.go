@@ -81,7 +81,7 @@ func TestRunRoleRefusesAnotherKubernetesVersion(t *testing.T) {
 	before := filesUnder(t, root)
 	var console bytes.Buffer
 	sys := &fakeSys{}
-	if err := RunRole(context.Background(), root, &console, sys, time.Second); err == nil {
+	if err := RunRole(context.Background(), root, &console, sys, time.Second, "test"); err == nil {
 		t.Fatal("RunRole accepted a node file for another Kubernetes release")
 	}
 	lines := strings.Split(strings.TrimSpace(console.String()), "\n")

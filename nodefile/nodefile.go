@@ -42,6 +42,11 @@ const (
 	RemovedStamp      = "/var/lib/kiln/removed"
 )
 
+// VersionAnnotation is the version of kiln (agent and image) a node
+// runs, which its role publishes on its Node every boot for kiln node
+// list.
+const VersionAnnotation = "kiln.dev/version"
+
 // StampDir holds the role's one-shot steps' stamps, on the state
 // partition: <role>/<phase>, e.g. master/label once the master label is
 // on the Node.

@@ -18,12 +18,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/site"
 )
 
 // Row is one line of kiln node list.
 type Row struct {
-	Name, Role, Address, Ready, Etcd, Version, CertExpiry string
+	Name, Role, Address, Ready, Etcd, Kiln, Kubelet, CertExpiry string
 }
 
 // Listing is what List found: a row per node (the site's in file order,
@@ -49,9 +50,9 @@ func (l Listing) Err() error {
 // Write prints the table, then every problem and note on its own line.
 func (l Listing) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tADDRESS\tREADY\tETCD\tVERSION\tCERT-EXPIRY")
+	fmt.Fprintln(tw, "NAME\tROLE\tADDRESS\tREADY\tETCD\tKILN\tKUBELET\tCERT-EXPIRY")
 	for _, r := range l.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Role, r.Address, r.Ready, r.Etcd, r.Version, r.CertExpiry)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Role, r.Address, r.Ready, r.Etcd, r.Kiln, r.Kubelet, r.CertExpiry)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -93,13 +94,14 @@ func (l *Lister) List(ctx context.Context) Listing {
 		for _, m := range mine {
 			owned[m.ID] = true
 		}
-		row := Row{Name: n.name, Role: cmp.Or(n.role(), "?"), Address: l.address(n), Ready: "?", Etcd: "?", Version: "-", CertExpiry: "-"}
+		row := Row{Name: n.name, Role: cmp.Or(n.role(), "?"), Address: l.address(n), Ready: "?", Etcd: "?", Kiln: "-", Kubelet: "-", CertExpiry: "-"}
 		if haveAPI {
 			row.Ready = readyOf(n.obj)
 			l.apiNotes(n, &out)
 		}
 		if n.obj != nil {
-			row.Version = n.obj.Status.NodeInfo.KubeletVersion
+			row.Kiln = cmp.Or(n.obj.Annotations[nodefile.VersionAnnotation], "-")
+			row.Kubelet = cmp.Or(n.obj.Status.NodeInfo.KubeletVersion, "-")
 		}
 		if haveEtcd {
 			stale := etcdFindings(n, mine, answers, &out)
@@ -115,7 +117,7 @@ func (l *Lister) List(ctx context.Context) Listing {
 			continue
 		}
 		out.Rows = append(out.Rows, Row{Name: cmp.Or(m.Name, "?"), Role: "-", Address: peerHost(m), Ready: "no Node",
-			Etcd: etcdCell([]etcdmember.Member{m}, answers, map[uint64]bool{m.ID: true}), Version: "-", CertExpiry: "-"})
+			Etcd: etcdCell([]etcdmember.Member{m}, answers, map[uint64]bool{m.ID: true}), Kiln: "-", Kubelet: "-", CertExpiry: "-"})
 		wayOut := fmt.Sprintf("kiln node remove %s removes it (checking quorum first)", m.Name)
 		if m.Name == "" {
 			wayOut = fmt.Sprintf("An unstarted learner: the master it was added for removes it when its join gives up; else etcdctl member remove %x (%s)", m.ID, DocsStaleMember)

@@ -73,7 +73,7 @@ Ends with "kiln-firstboot: done role=<role>" or "kiln-firstboot: error: ...".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if err := firstboot.RunRole(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{}, wait); err != nil {
+			if err := firstboot.RunRole(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{}, wait, version); err != nil {
 				return reportedError{err} // the agent's final line said it
 			}
 			return nil

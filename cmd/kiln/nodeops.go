@@ -70,8 +70,10 @@ name, and etcd members that belong to no node, one line each:
   ETCD         voter, learner or none (from etcd's member list, matched by the
                node's name or peer URL); "(no answer)" when that member does
                not answer a status call within 5 s
-  VERSION      the kubelet's version as the Node reports it (a node does not
-               publish its kiln image's version yet)
+  KILN         the kiln version (agent and image) the node runs, which its
+               role publishes on its Node every boot (annotation
+               kiln.dev/version); "-" for a node that has not
+  KUBELET      the kubelet's version as the Node reports it
   CERT-EXPIRY  the day the first of the node's own certificates in the PKI
                expires (kiln pki check lists them all)
 

@@ -51,6 +51,7 @@ func (n *Node) genesisPhases() []phase {
 		{name: "add-ons", once: true, run: n.applyAddOns},
 		{name: "label", once: true, run: n.labelSelf},
 		{name: "node-ready", run: n.waitSelfReady},
+		{name: "publish-version", run: n.publishVersion},
 		{name: "validate", once: true, run: n.validate},
 	}
 }

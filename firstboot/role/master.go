@@ -32,6 +32,7 @@ func (n *Node) masterPhases() []phase {
 		{name: "apiserver", run: n.waitOwnAPIServer},
 		{name: "label", once: true, run: n.labelSelf},
 		{name: "node-ready", run: n.waitSelfReady},
+		{name: "publish-version", run: n.publishVersion},
 	}
 }
 

@@ -49,6 +49,9 @@ type Node struct {
 	// EtcdQuorum is nil when this node's etcd member reads through
 	// quorum; nil means a client of the member at the node's address.
 	EtcdQuorum func(ctx context.Context) error
+	// Version is the agent's (the image's kiln), published on the Node
+	// every boot; "" publishes nothing.
+	Version string
 
 	file *nodefile.NodeFile
 	cat  *catalog.Catalog

@@ -3,11 +3,14 @@ package role
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -27,6 +30,7 @@ func (n *Node) workerPhases() []phase {
 			return n.startNode(ctx, n.params(etcdmember.Membership{}), nil)
 		}},
 		{name: "node-ready", run: n.waitReadyAsKubelet},
+		{name: "publish-version", run: n.publishVersion},
 		{name: "request-labels", once: true, run: n.requestLabels},
 		{name: "joined", once: true, run: func(context.Context) error { return nil }},
 	}
@@ -85,4 +89,33 @@ func rejected(err error) error {
 		return clustercheck.Final(fmt.Errorf("the apiserver's certificate is not from this site's CA: %w", err))
 	}
 	return err
+}
+
+// publishVersionBound bounds publishing the version: kiln node list's
+// column is not worth holding a boot for.
+const publishVersionBound = 2 * time.Minute
+
+// publishVersion annotates the node's own Node with the kiln version it
+// runs (nodefile.VersionAnnotation), as its kubelet (NodeRestriction lets
+// a kubelet annotate its own Node), on every boot: a re-imaged machine
+// shows its new image. A failure is said and does not fail the role.
+func (n *Node) publishVersion(ctx context.Context) error {
+	if n.Version == "" {
+		return nil
+	}
+	kube, err := n.kubeletClient()
+	if err == nil {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: n.Version}}})
+		err = clustercheck.Wait(ctx, "kiln version published on node "+n.file.Name, publishVersionBound, n.Log, func(ctx context.Context) error {
+			_, err := kube.CoreV1().Nodes().Patch(ctx, n.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if apierrors.IsForbidden(err) {
+				return clustercheck.Final(err) // no retry changes a refusal
+			}
+			return rejected(err)
+		})
+	}
+	if err != nil {
+		n.Log("the kiln version is not on Node %s (kiln node list shows none): %v", n.file.Name, err)
+	}
+	return nil
 }
