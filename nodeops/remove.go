@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -225,8 +226,11 @@ func (r *Remover) removeMember(ctx context.Context, n *node, log Logf) error {
 	return nil
 }
 
-// deleteNode deletes the Node; the pod garbage collector then deletes
-// the pods still bound to it.
+// deleteNode deletes the Node, then the pods still bound to it, at once
+// (grace 0), as the pod garbage collector would once it runs: a machine
+// re-imaged under the same name must not find the old node's pods bound
+// to it (its kubelet rejects them, and the DaemonSets count them as
+// there). Nothing runs them: the node left, or is down.
 func (r *Remover) deleteNode(ctx context.Context, n *node, log Logf) error {
 	err := r.Kube.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{})
 	switch {
@@ -236,6 +240,21 @@ func (r *Remover) deleteNode(ctx context.Context, n *node, log Logf) error {
 		return fmt.Errorf("deleting Node %s: %w", n.name, err)
 	default:
 		log("deleted Node %s", n.name)
+	}
+	pods, err := r.podsOn(ctx, n.name)
+	if err != nil {
+		return err
+	}
+	var gone []string
+	for _, p := range pods {
+		err := r.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting pod %s, bound to the deleted Node %s: %w", podName(p), n.name, err)
+		}
+		gone = append(gone, podName(p))
+	}
+	if len(gone) > 0 {
+		log("deleted the %d pod(s) still bound to %s: %s", len(gone), n.name, strings.Join(gone, ", "))
 	}
 	return nil
 }

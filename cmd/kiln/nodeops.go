@@ -142,7 +142,9 @@ func newNodeRemoveCmd() *cobra.Command {
   [6/7] wait-left     wait (--leave-timeout) for a Ready node to answer that it
                       stopped; a node that is down is not waited for: keep it
                       off or re-image it
-  [7/7] delete-node   delete the Node (the pods still bound to it go with it)
+  [7/7] delete-node   delete the Node, then the pods still bound to it (at once,
+                      as the pod garbage collector would), so a machine
+                      re-imaged under the same name finds none of them
 
 Every step is idempotent: a second run finishes what an interrupted one started.
 NAME may be a node of the site, a Node of the cluster or an etcd member's name.
