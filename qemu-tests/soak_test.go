@@ -22,18 +22,28 @@ import (
 // TestThreeMastersSoak is make soak's lifecycle on three masters and a
 // worker (cluster.ThreeMastersAndWorker; KILN_SOAK=1): every step an
 // operator takes over a cluster's life, in a row, on one running cluster.
+// It never runs more than three guests at once: its first run, with w1
+// booted beside the three masters, starved on 2 host cores under TCG (no
+// controller-manager kept its lease long enough to give a re-imaged m3
+// its DaemonSet pods). So the master role moves while m3 is out, and m3
+// comes back once m2 has left:
 //
-//  1. m3 is lost for good (powered off): the cluster still takes writes
-//     with two of three etcd members; `kiln node remove m3`, the real
-//     command inside the namespace, removes the dead member;
-//  2. m3 re-imaged (a blank state disk, its config) joins again;
-//  3. m1, the genesis machine, re-imaged with its genesis config, joins
-//     as a master (it never bootstraps a second cluster);
-//  4. the master role moves from m2 to w1: w1 removed as a worker,
+//  1. m1, m2 and m3 join; m3 is lost for good (powered off): the cluster
+//     still takes writes with two of three etcd members; `kiln node
+//     remove m3`, the real command inside the namespace, removes the
+//     dead member;
+//  2. w1 joins as a worker, and a pod on it reaches one on m1;
+//  3. the master role moves from m2 to w1: w1 removed as a worker,
 //     re-imaged with a master config from a second kiln gen run on the
 //     same PKI, a voting member; then m2's master label is taken off
 //     through the API and m2 leaves by itself;
-//  5. KILN_POWER_CUTS whole-cluster power cuts in a row, each with a
+//  4. m3 re-imaged (a blank state disk, a config from that second run)
+//     joins again;
+//  5. m1, the genesis machine, re-imaged with its genesis config (from
+//     the second run, as the operator's site directory now holds), joins
+//     as a master (it never bootstraps a second cluster): its stale
+//     member is replaced, as two of three members answer;
+//  6. KILN_POWER_CUTS whole-cluster power cuts in a row, each with a
 //     ConfigMap written before and read back after.
 func TestThreeMastersSoak(t *testing.T) {
 	if os.Getenv("KILN_SOAK") != "1" {
@@ -49,18 +59,17 @@ func TestThreeMastersSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.kube = kube
+	w1 := r.hold("w1")
+	masters := tp.Without("w1")
 	r.bootAll(t)
-	checkWholeCluster(t, tp, r.seg, kube, r.cfgs["m1"], time.Time{})
+	checkWholeCluster(t, masters, r.seg, kube, r.cfgs["m1"], time.Time{})
 	vms := map[string]*clusterVM{}
 	for _, n := range r.nodes {
 		vms[n.Name] = n
 	}
-	m1, m2, m3, w1 := vms["m1"], vms["m2"], vms["m3"], vms["w1"]
-	siteFile := filepath.Join(t.TempDir(), "site.yaml")
-	if err := os.WriteFile(siteFile, []byte(tp.Site()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	m1, m2, m3 := vms["m1"], vms["m2"], vms["m3"]
 	kiln := kilnBinary(t)
+	siteFile := writeSite(t, tp)
 
 	// 1. m3 lost for good.
 	m3.PowerCut()
@@ -79,27 +88,16 @@ func TestThreeMastersSoak(t *testing.T) {
 	}
 	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2"})
 
-	// 2. m3 re-imaged.
+	// 2. w1 joins as a worker.
 	start = time.Now()
-	since := reimage(t, m3, r.dir, r.cfgs["m3"])
-	waitDone(t, r.tl, m3, "joined")
-	eventually(t, "node m3 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m3", since) })
-	t.Logf("m3 re-imaged: joined and Ready %s after power-on", time.Since(start).Round(time.Second))
-	checkEtcdVoters(t, tp, r.seg, r.cfgs["m2"], []string{"m1", "m2", "m3"})
+	w1.VM = startClusterVM(t, r.seg, r.out, r.dir, w1.Machine, r.cfgs["w1"])
+	waitDone(t, r.tl, w1, "joined")
+	withWorker := tp.Without("m3")
+	checkWholeCluster(t, withWorker, r.seg, kube, r.cfgs["m1"], time.Time{})
+	checkPodNetwork(t, kube, r.image)
+	t.Logf("w1 joined as a worker, its pod reached m1's: %s after power-on", time.Since(start).Round(time.Second))
 
-	// 3. The genesis machine re-imaged with its genesis config.
-	start = time.Now()
-	since = reimage(t, m1, r.dir, r.cfgs["m1"])
-	m1.Role = "master" // a genesis machine of an existing cluster joins, and says so as a master
-	waitDone(t, r.tl, m1, "joined")
-	if _, ok := m1.Find(mustRe(`genesis: cluster already exists \(m[23] answers\); joining as a master`)); !ok {
-		t.Errorf("m1's console does not say it joined an existing cluster")
-	}
-	eventually(t, "node m1 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m1", since) })
-	t.Logf("m1 (genesis) re-imaged: joined as a master and Ready %s after power-on", time.Since(start).Round(time.Second))
-	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2", "m3"})
-
-	// 4. The master role from m2 to w1: the new master first.
+	// 3. The master role from m2 to w1: the new master first.
 	moved := tp.WithRole("w1", "master")
 	cfgs, err := cluster.Configs(moved.Site(), r.pkiDir)
 	if err != nil {
@@ -108,29 +106,69 @@ func TestThreeMastersSoak(t *testing.T) {
 	removeRunningWorker(t, tp, kube, w1)
 	start = time.Now()
 	w1.Role = "master"
-	since = reimage(t, w1, r.dir, withCPUReport(t, cfgs["w1"]))
+	since := reimage(t, w1, r.dir, withCPUReport(t, cfgs["w1"]))
 	waitDone(t, r.tl, w1, "joined")
 	eventually(t, "node w1 Ready as a master", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "w1", since) })
 	t.Logf("w1 re-imaged with a master config: joined and Ready %s after power-on", time.Since(start).Round(time.Second))
-	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2", "m3", "w1"})
-	after := tp.WithRole("w1", "master", "m2")
-	removeMasterThroughAPI(t, after, r.seg, kube, m2, r.cfgs["m1"], r.image, "m3", after.Masters()...)
+	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m2", "w1"})
+	final := tp.WithRole("w1", "master", "m2")
+	removeMasterThroughAPI(t, final, r.seg, kube, m2, r.cfgs["m1"], r.image, "m1", m1.Machine, w1.Machine)
 	// The operator's clean-up: m2 is out (it stays out until re-imaged);
 	// its Node goes, and its machine is powered off.
 	if err := kube.CoreV1().Nodes().Delete(ctx, "m2", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting Node m2: %v", err)
 	}
 	m2.PowerCut()
-	checkWholeCluster(t, after, r.seg, kube, r.cfgs["m1"], time.Time{})
 
-	// 5. Whole-cluster power cuts in a row.
+	// 4. m3 re-imaged, with a config of the site as it is now (kiln gen
+	// puts w1 in its seed zone).
+	finalCfgs, err := cluster.Configs(final.Site(), r.pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	since = reimage(t, m3, r.dir, withCPUReport(t, finalCfgs["m3"]))
+	waitDone(t, r.tl, m3, "joined")
+	eventually(t, "node m3 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m3", since) })
+	t.Logf("m3 re-imaged: joined and Ready %s after power-on", time.Since(start).Round(time.Second))
+	checkEtcdVoters(t, tp, r.seg, r.cfgs["m1"], []string{"m1", "m3", "w1"})
+
+	// 5. The genesis machine re-imaged with its genesis config.
+	start = time.Now()
+	since = reimage(t, m1, r.dir, finalCfgs["m1"])
+	m1.Role = "master" // a genesis machine of an existing cluster joins, and says so as a master
+	waitDone(t, r.tl, m1, "joined")
+	if _, ok := m1.Find(mustRe(`genesis: cluster already exists \((m3|w1) answers\); joining as a master`)); !ok {
+		t.Errorf("m1's console does not say it joined an existing cluster")
+	}
+	eventually(t, "node m1 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m1", since) })
+	t.Logf("m1 (genesis) re-imaged: joined as a master and Ready %s after power-on", time.Since(start).Round(time.Second))
+	checkWholeCluster(t, final, r.seg, kube, r.cfgs["m1"], time.Time{})
+	out, err = r.seg.Command(ctx, kiln, "node", "list", "-f", writeSite(t, final), "--pki", r.pkiDir).CombinedOutput()
+	t.Logf("kiln node list:\n%s", out)
+	if err != nil {
+		t.Errorf("kiln node list after the lifecycle: %v", err)
+	}
+
+	// 6. Whole-cluster power cuts in a row.
 	nodes := []*clusterVM{m1, m3, w1}
 	for cut := 1; cut <= powerCuts(t); cut++ {
 		start := time.Now()
-		wholeClusterPowerCut(t, after, r.seg, kube, r.tl, nodes, r.cfgs["m1"], r.image, cut)
+		wholeClusterPowerCut(t, final, r.seg, kube, r.tl, nodes, r.cfgs["m1"], r.image, cut)
 		t.Logf("soak power cut %d: every node Ready, kube-system running, checks passed and the write read back %s after power-on (writes lost: 0)",
 			cut, time.Since(start).Round(time.Second))
 	}
+}
+
+// writeSite writes a topology's site file for the kiln commands the test
+// runs as the operator would.
+func writeSite(t *testing.T, tp cluster.Topology) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(path, []byte(tp.Site()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // failoverClient is the admin client of the run, dialling each master in

@@ -57,7 +57,8 @@ func ThreeNodes() Topology {
 }
 
 // ThreeMastersAndWorker is make soak's lifecycle site: m1 (genesis) and
-// m2 powered on together, m3 once m2 has joined, w1 once m3 has; w1 has a
+// m2 powered on together, m3 once m2 has joined, w1 once m3 has (make
+// soak holds w1 back and powers it on once m3 is gone); w1 has a
 // master's memory, as it takes the master role from m2 later.
 func ThreeMastersAndWorker() Topology {
 	tp := ThreeNodes()
@@ -84,6 +85,10 @@ func (tp Topology) WithRole(name, role string, drop ...string) Topology {
 	}
 	return out
 }
+
+// Without is the topology without the named machines: the site as it
+// stands while they are off or gone.
+func (tp Topology) Without(names ...string) Topology { return tp.WithRole("", "", names...) }
 
 // TwoMasters is m1 (genesis) and m2 (master) powered on together, as in
 // ThreeNodes, without a worker: the removal of a master through the API.
@@ -140,6 +145,12 @@ func (tp Topology) Masters() []Machine {
 		}
 	}
 	return out
+}
+
+// HasWorker reports whether the named machine is in the topology as a
+// worker.
+func (tp Topology) HasWorker(name string) bool {
+	return slices.ContainsFunc(tp.Machines, func(m Machine) bool { return m.Name == name && m.Role == "worker" })
 }
 
 // Names are the machines' names, sorted: what kubectl get nodes lists.
