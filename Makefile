@@ -79,10 +79,10 @@ bench: deps bin/kiln
 	bash scripts/bench.sh
 
 # Not in CI (too long for its budget): beside a nice -n 19 CPU hog, the
-# three-VM cluster scenario with KILN_POWER_CUTS (default 3) whole-cluster
-# power cuts in a row and then the re-imaging steps (w1 re-imaged, m2
-# removed with kiln node remove and re-imaged), then the two-node cluster
-# scenario likewise (SOAK_TESTS picks the scenarios).
+# three-master lifecycle (m3 lost and removed, the master role moved from
+# m2 to a re-imaged w1, m3 and the genesis m1 re-imaged) and then
+# SOAK_CUTS (default 5) whole-cluster power cuts in a row; SOAK_TESTS
+# picks other scenarios (scripts/soak.sh).
 soak: image
 	bash scripts/soak.sh
 

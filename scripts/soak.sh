@@ -3,10 +3,11 @@
 # nice -n 19 busy loop on one core beside the VMs, as a compile on a CI
 # machine or a small bare-metal box would be).
 #
-# By default the three-master lifecycle (TestThreeMastersSoak: m1 genesis,
-# m2, m3, worker w1; m3 lost for good and removed, m3 and the genesis m1
-# re-imaged, the master role moved from m2 to w1 with m2 removed through
-# the API) and then SOAK_CUTS whole-cluster power cuts in a row (default 5).
+# By default the three-master lifecycle (TestThreeMastersSoak, never more
+# than three guests at once: m1 genesis, m2, m3 join; m3 lost for good and
+# removed; worker w1 joins; the master role moved from m2 to w1 with m2
+# removed through the API; m3 and the genesis m1 re-imaged) and then
+# SOAK_CUTS whole-cluster power cuts in a row (default 5).
 # SOAK_TESTS (a go test -run pattern) picks other scenarios:
 # TestClusterJoinsAndSurvivesPowerCut (the three-VM cluster, with its
 # re-imaging steps), TestTwoNodeClusterSurvivesPowerCut,

@@ -28,6 +28,10 @@ func TestTopologiesRenderEveryNode(t *testing.T) {
 			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "m3": {"master", M3MAC, M3Addr}, "w1": {"worker", W1MAC, W1Addr}}, 41},
 		{"the master role moved from m2 to w1", ThreeMastersAndWorker().WithRole("w1", "master", "m2"), map[string]struct{ role, mac, addr string }{
 			"m1": {"genesis", M1MAC, M1Addr}, "m3": {"master", M3MAC, M3Addr}, "w1": {"master", W1MAC, W1Addr}}, 37},
+		{"the soak's masters before w1 powers on", ThreeMastersAndWorker().Without("w1"), map[string]struct{ role, mac, addr string }{
+			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "m3": {"master", M3MAC, M3Addr}}, 37},
+		{"the soak's cluster with m3 gone", ThreeMastersAndWorker().Without("m3"), map[string]struct{ role, mac, addr string }{
+			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "w1": {"worker", W1MAC, W1Addr}}, 29},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +70,24 @@ func TestTopologiesRenderEveryNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestHasWorkerAsksNameAndRole(t *testing.T) {
+	tests := []struct {
+		tp   Topology
+		name string
+		want bool
+	}{
+		{ThreeNodes(), "w1", true},
+		{ThreeNodes(), "m2", false},
+		{ThreeNodes().Without("w1"), "w1", false},
+		{ThreeNodes().WithRole("w1", "master"), "w1", false},
+	}
+	for _, tt := range tests {
+		if got := tt.tp.HasWorker(tt.name); got != tt.want {
+			t.Errorf("HasWorker(%s) of %v = %v, want %v", tt.name, tt.tp.Names(), got, tt.want)
+		}
 	}
 }
 
