@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
@@ -137,3 +138,14 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 func mustRe(s string) *regexp.Regexp { return regexp.MustCompile(s) }
+
+// writeSite writes a topology's site file for the kiln commands the test
+// runs as the operator would.
+func writeSite(t *testing.T, tp cluster.Topology) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "site.yaml")
+	if err := os.WriteFile(path, []byte(tp.Site()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

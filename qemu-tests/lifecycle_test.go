@@ -78,10 +78,7 @@ func reimageAndMoveMasters(t *testing.T, tp cluster.Topology, seg *netns.Net, ku
 	if w1 == nil || m2 == nil {
 		t.Fatalf("the lifecycle steps need w1 and m2 in the topology")
 	}
-	siteFile := filepath.Join(t.TempDir(), "site.yaml")
-	if err := os.WriteFile(siteFile, []byte(tp.Site()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	siteFile := writeSite(t, tp)
 	kiln := kilnBinary(t)
 	ctx := context.Background()
 

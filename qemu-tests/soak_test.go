@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -158,17 +157,6 @@ func TestThreeMastersSoak(t *testing.T) {
 		t.Logf("soak power cut %d: every node Ready, kube-system running, checks passed and the write read back %s after power-on (writes lost: 0)",
 			cut, time.Since(start).Round(time.Second))
 	}
-}
-
-// writeSite writes a topology's site file for the kiln commands the test
-// runs as the operator would.
-func writeSite(t *testing.T, tp cluster.Topology) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "site.yaml")
-	if err := os.WriteFile(path, []byte(tp.Site()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // failoverClient is the admin client of the run, dialling each master in
