@@ -12,6 +12,8 @@ import (
 // on /api (401 or 403) and answered 200 on /readyz: anonymous access
 // reaches the health endpoints only. client must present no client
 // certificate and no token; base is the apiserver's https://host:port.
+// A wrong answer is final (see Wait); a 5xx or a failed request is an
+// apiserver that may yet be ready, and is not.
 func AnonymousLimited(ctx context.Context, client *http.Client, base string) error {
 	for _, want := range []struct {
 		path string
@@ -26,7 +28,11 @@ func AnonymousLimited(ctx context.Context, client *http.Client, base string) err
 			return fmt.Errorf("anonymous GET %s: %w", want.path, err)
 		}
 		if !want.ok(code) {
-			return fmt.Errorf("anonymous GET %s: %d, want %s: %s", want.path, code, want.says, OneLine(fmt.Errorf("%s", body)))
+			err := fmt.Errorf("anonymous GET %s: %d, want %s: %s", want.path, code, want.says, OneLine(fmt.Errorf("%s", body)))
+			if code >= 500 {
+				return err // an apiserver not ready yet, or too busy: worth asking again
+			}
+			return Final(err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package clustercheck
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,11 +14,13 @@ func TestAnonymousLimited(t *testing.T) {
 		name      string
 		api, live int
 		wantErr   string
+		final     bool
 	}{
-		{"health only", http.StatusUnauthorized, http.StatusOK, ""},
-		{"forbidden by RBAC", http.StatusForbidden, http.StatusOK, ""},
-		{"anonymous reads /api", http.StatusOK, http.StatusOK, "anonymous GET /api: 200, want 401 or 403"},
-		{"health refused", http.StatusUnauthorized, http.StatusUnauthorized, "anonymous GET /readyz: 401, want 200"},
+		{"health only", http.StatusUnauthorized, http.StatusOK, "", false},
+		{"forbidden by RBAC", http.StatusForbidden, http.StatusOK, "", false},
+		{"anonymous reads /api", http.StatusOK, http.StatusOK, "anonymous GET /api: 200, want 401 or 403", true},
+		{"health refused", http.StatusUnauthorized, http.StatusUnauthorized, "anonymous GET /readyz: 401, want 200", true},
+		{"not ready yet", http.StatusUnauthorized, http.StatusInternalServerError, "anonymous GET /readyz: 500, want 200", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +34,9 @@ func TestAnonymousLimited(t *testing.T) {
 			err := AnonymousLimited(context.Background(), srv.Client(), srv.URL)
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+			if got := errors.Is(err, ErrFinal); got != tc.final {
+				t.Errorf("final = %t, want %t (a violation stops a wait, a busy apiserver does not)", got, tc.final)
 			}
 		})
 	}
