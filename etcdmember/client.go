@@ -131,6 +131,21 @@ func (e *Client) Healthy(ctx context.Context, clientURL string) error {
 	return err
 }
 
+// Leads reports whether the member at clientURL leads its cluster, from
+// a status call (5 s); a member that knows no leader is an error.
+func (e *Client) Leads(ctx context.Context, clientURL string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusBound)
+	defer cancel()
+	s, err := e.c.Status(ctx, clientURL)
+	if err != nil {
+		return false, err
+	}
+	if s.Leader == 0 {
+		return false, fmt.Errorf("etcd member at %s knows no leader", clientURL)
+	}
+	return s.Leader == s.Header.MemberId, nil
+}
+
 // Quorum is nil when a linearizable read through the client's endpoints
 // succeeds within 15 s: the cluster has a leader that a majority of its
 // voting members follow. Status (Healthy) answers without quorum.

@@ -46,7 +46,10 @@ has a pod CIDR yet and write the CNI configuration for it; apply the add-ons
 validate with a pod that resolves the kubernetes service and whose logs are
 read back. Later boots bring the control plane back in order: the kubelet
 starts with etcd alone, the apiserver once the local etcd member reads through
-quorum ("waiting for etcd quorum on <address>" every 30 s), the
+quorum ("waiting for etcd quorum on <address>" every 30 s) and it is this
+master's turn: the master whose etcd member leads starts first, the others once
+another master's apiserver is ready (at most 5 min later), so that after a
+whole-cluster power cut one apiserver at a time runs its start-up hooks; the
 controller-manager and scheduler once the apiserver is ready; then wait for
 Ready. A wait that passes --wait starts the next components anyway.
 

@@ -94,7 +94,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if rec.State != etcdmember.StateExisting {
 		return n.startNode(ctx, n.params(rec), nil)
 	}
-	quorum, closeEtcd, err := n.ownEtcdQuorum()
+	etcd, closeEtcd, err := n.ownEtcd()
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return n.startInOrder(ctx, n.params(rec), n.restartStages(quorum, kube))
+	return n.startInOrder(ctx, n.params(rec), n.restartStages(etcd, kube))
 }
 
 // recordBootstrapped marks the membership existing once the apiserver

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -18,26 +19,87 @@ import (
 )
 
 // stage is one step of a control plane brought back in order: its static
-// pods start once what it waits for answers.
+// pods start once what it waits for answers, or once bound (0: the node's
+// Wait) has passed.
 type stage struct {
 	waitFor string // for the console: "etcd quorum on 10.0.0.1"
 	ready   func(context.Context) error
+	bound   time.Duration
 	pods    []string
 }
 
+// apiserverTurnBound is how long a master whose etcd member does not lead
+// waits for another master's apiserver before it starts its own anyway.
+const apiserverTurnBound = 5 * time.Minute
+
 // restartStages are the stages after etcd of a control plane that existed
-// before this boot: the apiserver once its local etcd member has quorum,
-// the controller-manager and scheduler once the apiserver is ready.
+// before this boot: etcd quorum; the apiserver in its turn (the etcd
+// leader's node first, every other master once an apiserver is ready);
+// the controller-manager and scheduler once the local apiserver is ready.
 // Started all at once after a whole-cluster power cut, they competed for
 // the CPU of machines that were all starting: in the QEMU cluster both
 // apiservers spent minutes in their post-start hooks and one exited when
-// its IP allocation check timed out.
-func (n *Node) restartStages(quorum func(context.Context) error, kube kubernetes.Interface) []stage {
+// its IP allocation check timed out; with three masters (make soak) every
+// apiserver failed its rbac/bootstrap-roles hook (it must reconcile about
+// 140 objects within 30 s) and restarted, for 30 minutes.
+func (n *Node) restartStages(etcd localEtcd, kube kubernetes.Interface) []stage {
 	return []stage{
-		{waitFor: "etcd quorum on " + n.file.Address, ready: quorum, pods: []string{"kube-apiserver"}},
+		{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum},
+		{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
+			ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}},
 		{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
 			ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }},
 	}
+}
+
+// apiserverTurn is nil once this node may start its apiserver: its etcd
+// member leads the cluster, or another master's apiserver is ready. One
+// apiserver at a time gets through its post-start hooks; the rest find
+// the cluster's objects already reconciled.
+func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		lead, err := leads(ctx)
+		if err == nil && lead {
+			return nil
+		}
+		var why string
+		switch {
+		case err != nil:
+			why = "the etcd leader unknown: " + clustercheck.OneLine(err)
+		default:
+			why = "this member does not lead etcd"
+		}
+		ready, doubt := n.readyAPIServer(ctx)
+		if ready != "" {
+			n.Log("master %s's apiserver is ready: starting this one", ready)
+			return nil
+		}
+		return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, doubt)
+	}
+}
+
+// readyAPIServer is the name of another master whose apiserver is ready,
+// or "" and the first master's reason.
+func (n *Node) readyAPIServer(ctx context.Context) (string, string) {
+	doubt := "no other master"
+	for i, m := range n.otherMasters() {
+		err := func() error {
+			kube, err := n.apiAt(m.Address)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return clustercheck.APIServerReady(ctx, kube)
+		}()
+		if err == nil {
+			return m.Name, ""
+		}
+		if i == 0 {
+			doubt = m.Name + ": " + clustercheck.OneLine(err)
+		}
+	}
+	return "", doubt
 }
 
 // startInOrder starts the kubelet with etcd and every static pod no stage
@@ -57,11 +119,22 @@ func (n *Node) startInOrder(ctx context.Context, p manifests.Params, stages []st
 		return err
 	}
 	for _, s := range stages {
-		if err := clustercheck.Wait(ctx, s.waitFor, n.Wait, n.Log, s.ready); err != nil {
+		bound := s.bound
+		if bound == 0 {
+			bound = n.Wait
+		}
+		if err := clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
+			if len(s.pods) == 0 {
+				n.Log("going on: %s", clustercheck.OneLine(err))
+				continue
+			}
 			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), clustercheck.OneLine(err))
+		}
+		if len(s.pods) == 0 {
+			continue
 		}
 		if err := n.writeStaticPods(p, s.pods); err != nil {
 			return err
@@ -93,19 +166,34 @@ func (n *Node) takeOutStaticPods(pods []string) error {
 	return atomicfile.SyncDir(dir)
 }
 
-// ownEtcdQuorum is a check that this node's etcd member reads through
-// quorum, and the client to close after.
-func (n *Node) ownEtcdQuorum() (func(context.Context) error, func(), error) {
-	if n.EtcdQuorum != nil {
-		return n.EtcdQuorum, func() {}, nil
+// localEtcd is what the ordered start asks this node's etcd member:
+// whether it reads through quorum, and whether it leads.
+type localEtcd struct {
+	quorum func(context.Context) error
+	leads  func(context.Context) (bool, error)
+}
+
+// ownEtcd is the check of this node's etcd member (n.EtcdQuorum and
+// n.EtcdLeads where set), and the client to close after.
+func (n *Node) ownEtcd() (localEtcd, func(), error) {
+	if n.EtcdQuorum != nil && n.EtcdLeads != nil {
+		return localEtcd{n.EtcdQuorum, n.EtcdLeads}, func() {}, nil
 	}
 	cfg, err := n.etcdClientTLS()
 	if err != nil {
-		return nil, nil, err
+		return localEtcd{}, nil, err
 	}
-	c, err := etcdmember.Dial([]string{"https://" + net.JoinHostPort(n.file.Address, fmt.Sprint(n.etcdPort()))}, cfg)
+	url := "https://" + net.JoinHostPort(n.file.Address, fmt.Sprint(n.etcdPort()))
+	c, err := etcdmember.Dial([]string{url}, cfg)
 	if err != nil {
-		return nil, nil, err
+		return localEtcd{}, nil, err
 	}
-	return c.Quorum, func() { c.Close() }, nil
+	e := localEtcd{quorum: c.Quorum, leads: func(ctx context.Context) (bool, error) { return c.Leads(ctx, url) }}
+	if n.EtcdQuorum != nil {
+		e.quorum = n.EtcdQuorum
+	}
+	if n.EtcdLeads != nil {
+		e.leads = n.EtcdLeads
+	}
+	return e, func() { c.Close() }, nil
 }

@@ -53,9 +53,10 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 // A control plane that existed before this boot (its etcd membership is
 // recorded as existing) comes back in order: the kubelet starts with etcd
 // alone, even when the last boot left every static pod in its directory;
-// the apiserver is written once etcd reads through quorum, the
-// controller-manager and scheduler once the apiserver is ready. A wait
-// that gives up starts the next pods anyway.
+// the apiserver is written once etcd reads through quorum (here g1's
+// member leads, so it is g1's turn), the controller-manager and scheduler
+// once the apiserver is ready. A wait that gives up starts the next pods
+// anyway.
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
@@ -63,10 +64,11 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
-			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
+			wantLog: []string{"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "etcd never has quorum", quorumAfter: -1, readyAfter: -1,
-			wantLog: []string{"starting kube-apiserver anyway: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)", "started kube-apiserver",
+			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
+				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +111,16 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					}
 					return nil
 				},
-				APIAt: func(string) (kubernetes.Interface, error) {
+				EtcdLeads: func(context.Context) (bool, error) {
+					if tc.quorumAfter < 0 {
+						return false, errors.New("no leader")
+					}
+					return true, nil
+				},
+				APIAt: func(address string) (kubernetes.Interface, error) {
+					if address != "10.0.2.50" {
+						return kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"}) // m2: refused
+					}
 					return kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
 				}}
 			if tc.quorumAfter >= 0 {
@@ -144,6 +155,75 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	}
 }
 
+// After a power cut the masters take turns: the one whose etcd member
+// leads starts its apiserver at once; another waits until an apiserver of
+// another master is ready, or until its turn's bound has passed (the
+// node's Wait here, 5 min at most), and then starts its own anyway.
+func TestAPIServerWaitsForItsTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		leads   func(context.Context) (bool, error)
+		m2Ready bool
+		wantLog []string
+	}{
+		{name: "the etcd leader's node starts first", leads: func(context.Context) (bool, error) { return true, nil },
+			wantLog: []string{"the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
+		{name: "a follower starts once m2's apiserver is ready", leads: func(context.Context) (bool, error) { return false, nil }, m2Ready: true,
+			wantLog: []string{"master m2's apiserver is ready: starting this one", "the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
+		{name: "a follower with no apiserver ready starts anyway", leads: func(context.Context) (bool, error) { return false, nil },
+			wantLog: []string{"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (m2: ",
+				"started kube-apiserver"}},
+		{name: "the leader unknown", leads: func(context.Context) (bool, error) { return false, errors.New("status: deadline exceeded") },
+			wantLog: []string{"gave up after 1s: the etcd leader unknown: status: deadline exceeded, and no other master's apiserver is ready", "started kube-apiserver"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, _ := nodeRoot(t, "g1")
+			if err := etcdmember.Write(root, etcdmember.Membership{Name: "g1", PeerURL: "https://10.0.2.50:2380", State: etcdmember.StateExisting,
+				Peers: []etcdmember.Peer{{Name: "g1", PeerURL: "https://10.0.2.50:2380"}, {Name: "m2", PeerURL: "https://10.0.2.51:2380"}}}); err != nil {
+				t.Fatal(err)
+			}
+			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+			defer ready.Close()
+			var m2Asked atomic.Int32
+			m2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				m2Asked.Add(1)
+				if !tc.m2Ready {
+					http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+					return
+				}
+				fmt.Fprint(w, "ok")
+			}))
+			defer m2.Close()
+			var log []string
+			n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) },
+				EtcdQuorum: func(context.Context) error { return nil }, EtcdLeads: tc.leads,
+				APIAt: func(address string) (kubernetes.Interface, error) {
+					if address == "10.0.2.51" {
+						return kubernetes.NewForConfig(&rest.Config{Host: m2.URL})
+					}
+					return kubernetes.NewForConfig(&rest.Config{Host: ready.URL})
+				}}
+			n.file, n.cat = mustLoad(t, n)
+			if err := n.startControlPlane(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			lead, _ := tc.leads(context.Background())
+			if lead && m2Asked.Load() > 0 {
+				t.Errorf("the etcd leader's node asked m2's apiserver %d times before starting its own", m2Asked.Load())
+			}
+			at := 0
+			for _, line := range log {
+				if at < len(tc.wantLog) && strings.Contains(line, tc.wantLog[at]) {
+					at++
+				}
+			}
+			if at < len(tc.wantLog) {
+				t.Errorf("console has no %q in order:\n%s", tc.wantLog[at], strings.Join(log, "\n"))
+			}
+		})
+	}
+}
+
 // A cancelled boot stops at the wait: nothing is started after it.
 func TestStartInOrderStopsWhenTheBootIsCancelled(t *testing.T) {
 	root, _ := nodeRoot(t, "g1")
@@ -162,10 +242,12 @@ func TestStartInOrderStopsWhenTheBootIsCancelled(t *testing.T) {
 	}
 }
 
-// Against a real etcd: the quorum check the ordered start waits on fails
-// on a member whose cluster has no leader (its peer never started) and
-// passes on a member that leads a cluster of one, through the same
-// address, port and certificates.
+// Against a real etcd: the checks the ordered start waits on. The quorum
+// check fails on a member whose cluster has no leader (its peer never
+// started), and that member's leader is unknown; a member that leads a
+// cluster of one passes both; of three members, every one reads through
+// quorum and exactly one leads. Through the same addresses, ports and
+// certificates a node uses.
 func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 	if os.Getenv("KILN_INTEGRATION") != "1" {
 		t.Skip("set KILN_INTEGRATION=1 (make integration) to run etcd on the host")
@@ -173,40 +255,71 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 	bin := componentBinaries(t)["etcd"]
 	for _, tc := range []struct {
 		name    string
-		peers   string // the initial cluster beside g1's own peer URL
+		members int
+		missing bool // a second member in the initial cluster that never starts
 		quorate bool
 	}{
-		{name: "two members, one never started", peers: ",g2=http://127.0.0.1:9", quorate: false},
-		{name: "one member", quorate: true},
+		{name: "two members, one never started", members: 1, missing: true},
+		{name: "one member", members: 1, quorate: true},
+		{name: "three members", members: 3, quorate: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := nodeRoot(t, "g1")
-			n := &Node{Root: root, Log: t.Logf}
-			n.file, n.cat = mustLoad(t, n)
-			n.file.Address, n.EtcdPort = "127.0.0.1", freePort(t)
-			peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+			var nodes []*Node
+			var initial []string
+			peers := map[string]string{}
+			for i := range tc.members {
+				n := &Node{Root: root, Log: t.Logf}
+				n.file, n.cat = mustLoad(t, n)
+				n.file.Address, n.EtcdPort = "127.0.0.1", freePort(t)
+				nodes = append(nodes, n)
+				name := fmt.Sprintf("e%d", i+1)
+				peers[name] = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+				initial = append(initial, name+"="+peers[name])
+			}
+			if tc.missing {
+				initial = append(initial, "e9=http://127.0.0.1:9")
+			}
 			pki := func(f string) string { return filepath.Join(root, "/etc/kiln/pki", f) }
-			client := fmt.Sprintf("https://127.0.0.1:%d", n.EtcdPort)
-			start(t, "etcd", bin, "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
-				"--listen-client-urls", client, "--advertise-client-urls", client,
-				"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-				"--initial-cluster", "g1="+peer+tc.peers, "--listen-metrics-urls", "http://127.0.0.1:0",
-				"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
-			quorum, closeEtcd, err := n.ownEtcdQuorum()
-			if err != nil {
-				t.Fatal(err)
+			for i, n := range nodes {
+				name := fmt.Sprintf("e%d", i+1)
+				client := fmt.Sprintf("https://127.0.0.1:%d", n.EtcdPort)
+				start(t, "etcd-"+name, bin, "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+					"--listen-client-urls", client, "--advertise-client-urls", client,
+					"--listen-peer-urls", peers[name], "--initial-advertise-peer-urls", peers[name],
+					"--initial-cluster", strings.Join(initial, ","), "--listen-metrics-urls", "http://127.0.0.1:0",
+					"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
 			}
-			defer closeEtcd()
-			bound := 20 * time.Second
-			if tc.quorate {
-				bound = time.Minute
+			leaders := 0
+			for i, n := range nodes {
+				etcd, closeEtcd, err := n.ownEtcd()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeEtcd()
+				bound := 20 * time.Second
+				if tc.quorate {
+					bound = time.Minute
+				}
+				err = clustercheck.Wait(context.Background(), fmt.Sprintf("etcd quorum on e%d", i+1), bound, t.Logf, etcd.quorum)
+				if tc.quorate && err != nil {
+					t.Fatalf("a quorate cluster: %v", err)
+				}
+				if !tc.quorate && err == nil {
+					t.Fatal("a member without a leader passed the quorum check")
+				}
+				lead, err := etcd.leads(context.Background())
+				switch {
+				case !tc.quorate && err == nil:
+					t.Errorf("e%d: a member without a leader: leads %t, want an error", i+1, lead)
+				case tc.quorate && err != nil:
+					t.Errorf("e%d: %v", i+1, err)
+				case lead:
+					leaders++
+				}
 			}
-			err = clustercheck.Wait(context.Background(), "etcd quorum", bound, t.Logf, quorum)
-			if tc.quorate && err != nil {
-				t.Fatalf("a cluster of one: %v", err)
-			}
-			if !tc.quorate && err == nil {
-				t.Fatal("a member without a leader passed the quorum check")
+			if want := map[bool]int{true: 1}[tc.quorate]; leaders != want {
+				t.Errorf("%d members lead, want %d", leaders, want)
 			}
 		})
 	}

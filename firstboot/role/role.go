@@ -49,6 +49,10 @@ type Node struct {
 	// EtcdQuorum is nil when this node's etcd member reads through
 	// quorum; nil means a client of the member at the node's address.
 	EtcdQuorum func(ctx context.Context) error
+	// EtcdLeads reports whether this node's etcd member leads the
+	// cluster; nil means a status call to the member at the node's
+	// address.
+	EtcdLeads func(ctx context.Context) (bool, error)
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string
