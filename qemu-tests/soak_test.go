@@ -93,7 +93,7 @@ func TestThreeMastersSoak(t *testing.T) {
 	waitDone(t, r.tl, w1, "joined")
 	withWorker := tp.Without("m3")
 	checkWholeCluster(t, withWorker, r.seg, kube, r.cfgs["m1"], time.Time{})
-	checkPodNetwork(t, kube, r.image)
+	checkPodNetwork(t, kube, r.image, "w1")
 	t.Logf("w1 joined as a worker, its pod reached m1's: %s after power-on", time.Since(start).Round(time.Second))
 
 	// 3. The master role from m2 to w1: the new master first.

@@ -45,6 +45,10 @@ func Steps() []Step {
 		// A control plane that existed before this boot starts its
 		// apiserver once its etcd member reads through quorum.
 		{Name: "etcd quorum", Line: regexp.MustCompile(`kiln-firstboot: etcd quorum on \S+: after `)},
+		// Then in its turn: at once on the etcd leader's master, on the
+		// others once another master's apiserver is ready (or its bound
+		// passed).
+		{Name: "apiserver's turn", Line: regexp.MustCompile(`kiln-firstboot: (the apiserver's turn on \S+ .*: after |starting kube-apiserver anyway: the apiserver's turn)`)},
 		{Name: "all images imported", Line: regexp.MustCompile(`imported \S+ \(sha256:[0-9a-f]+\) in `), Last: true},
 		{Name: "apiserver healthy", Line: regexp.MustCompile(`kiln-firstboot: apiserver healthy on \S+: after `)},
 		{Name: "add-ons applied", Line: regexp.MustCompile(`kiln-firstboot: add-ons applied: `)},
