@@ -57,7 +57,7 @@ integration: image
 # not on CPU). make cluster-test runs the cluster scenarios alone: the
 # three-VM cluster by default, CLUSTER_TESTS=TestTwoNodeClusterSurvivesPowerCut
 # for one master and a worker, TestGenesisBootsAndSurvivesPowerCut for
-# genesis alone.
+# genesis alone, TestThreeMastersSurvivePowerCut for three masters.
 qemu-test: image
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 4 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
 
