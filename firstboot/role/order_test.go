@@ -142,15 +142,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			if present, stale := podsPresent(root); len(present) != 4 || stale {
 				t.Errorf("static pods at the end: %v (the last boot's files left: %v)", present, stale)
 			}
-			at := 0
-			for _, line := range log {
-				if at < len(tc.wantLog) && strings.HasPrefix(line, tc.wantLog[at]) {
-					at++
-				}
-			}
-			if at < len(tc.wantLog) {
-				t.Errorf("console has no %q in order:\n%s", tc.wantLog[at], strings.Join(log, "\n"))
-			}
+			wantInOrder(t, log, tc.wantLog)
 		})
 	}
 }
@@ -211,16 +203,23 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 			if lead && m2Asked.Load() > 0 {
 				t.Errorf("the etcd leader's node asked m2's apiserver %d times before starting its own", m2Asked.Load())
 			}
-			at := 0
-			for _, line := range log {
-				if at < len(tc.wantLog) && strings.Contains(line, tc.wantLog[at]) {
-					at++
-				}
-			}
-			if at < len(tc.wantLog) {
-				t.Errorf("console has no %q in order:\n%s", tc.wantLog[at], strings.Join(log, "\n"))
-			}
+			wantInOrder(t, log, tc.wantLog)
 		})
+	}
+}
+
+// wantInOrder fails t unless log has a line containing each of want, in
+// that order.
+func wantInOrder(t *testing.T, log, want []string) {
+	t.Helper()
+	at := 0
+	for _, line := range log {
+		if at < len(want) && strings.Contains(line, want[at]) {
+			at++
+		}
+	}
+	if at < len(want) {
+		t.Errorf("console has no %q in order:\n%s", want[at], strings.Join(log, "\n"))
 	}
 }
 
