@@ -54,8 +54,8 @@ func (n *Node) restartStages(etcd localEtcd, kube kubernetes.Interface) []stage 
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
 // member leads the cluster, or another master's apiserver is ready. One
-// apiserver at a time gets through its post-start hooks; the rest find
-// the cluster's objects already reconciled.
+// apiserver at a time runs its post-start hooks, while the machines that
+// wait run etcd alone.
 func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		lead, err := leads(ctx)
