@@ -106,17 +106,28 @@ func (n *Node) apiAt(address string) (kubernetes.Interface, error) {
 // apiserver, reports its Node Ready and a ready endpoint of cluster DNS;
 // otherwise the first master's reason.
 func firstSettledMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(address string) (kubernetes.Interface, error)) error {
+	_, err := firstMaster(ctx, masters, kubeAt, func(ctx context.Context, kube kubernetes.Interface, m nodefile.Member) error {
+		if err := clustercheck.NodeReady(ctx, kube, m.Name, time.Time{}); err != nil {
+			return err
+		}
+		return clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
+	})
+	return err
+}
+
+// firstMaster is the first of masters for which check, given a client of
+// that master's own apiserver, is nil; otherwise an error with the first
+// master's reason.
+func firstMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(address string) (kubernetes.Interface, error),
+	check func(context.Context, kubernetes.Interface, nodefile.Member) error) (nodefile.Member, error) {
 	var doubt error
 	for _, m := range masters {
 		kube, err := kubeAt(m.Address)
 		if err == nil {
-			err = clustercheck.NodeReady(ctx, kube, m.Name, time.Time{})
+			err = check(ctx, kube, m)
 		}
 		if err == nil {
-			err = clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
-		}
-		if err == nil {
-			return nil
+			return m, nil
 		}
 		if doubt == nil {
 			doubt = fmt.Errorf("master %s (%s): %w", m.Name, m.Address, err)
@@ -125,7 +136,7 @@ func firstSettledMaster(ctx context.Context, masters []nodefile.Member, kubeAt f
 	if doubt == nil {
 		doubt = fmt.Errorf("no master to ask")
 	}
-	return doubt
+	return nodefile.Member{}, doubt
 }
 
 // imagesUnit imports the node's images; it reports ready (active) once

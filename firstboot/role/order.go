@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // stage is one step of a control plane brought back in order: its static
@@ -62,44 +63,21 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 		if err == nil && lead {
 			return nil
 		}
-		var why string
-		switch {
-		case err != nil:
+		why := "this member does not lead etcd"
+		if err != nil {
 			why = "the etcd leader unknown: " + clustercheck.OneLine(err)
-		default:
-			why = "this member does not lead etcd"
 		}
-		ready, doubt := n.readyAPIServer(ctx)
-		if ready != "" {
-			n.Log("master %s's apiserver is ready: starting this one", ready)
-			return nil
-		}
-		return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, doubt)
-	}
-}
-
-// readyAPIServer is the name of another master whose apiserver is ready,
-// or "" and the first master's reason.
-func (n *Node) readyAPIServer(ctx context.Context) (string, string) {
-	doubt := "no other master"
-	for i, m := range n.otherMasters() {
-		err := func() error {
-			kube, err := n.apiAt(m.Address)
-			if err != nil {
-				return err
-			}
+		m, doubt := firstMaster(ctx, n.otherMasters(), n.apiAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			return clustercheck.APIServerReady(ctx, kube)
-		}()
-		if err == nil {
-			return m.Name, ""
+		})
+		if doubt != nil {
+			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, clustercheck.OneLine(doubt))
 		}
-		if i == 0 {
-			doubt = m.Name + ": " + clustercheck.OneLine(err)
-		}
+		n.Log("master %s's apiserver is ready: starting this one", m.Name)
+		return nil
 	}
-	return "", doubt
 }
 
 // startInOrder starts the kubelet with etcd and every static pod no stage
@@ -123,18 +101,17 @@ func (n *Node) startInOrder(ctx context.Context, p manifests.Params, stages []st
 		if bound == 0 {
 			bound = n.Wait
 		}
-		if err := clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			if len(s.pods) == 0 {
+		err := clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return err
+		case len(s.pods) == 0:
+			if err != nil {
 				n.Log("going on: %s", clustercheck.OneLine(err))
-				continue
 			}
-			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), clustercheck.OneLine(err))
-		}
-		if len(s.pods) == 0 {
 			continue
+		case err != nil:
+			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), clustercheck.OneLine(err))
 		}
 		if err := n.writeStaticPods(p, s.pods); err != nil {
 			return err
@@ -176,8 +153,9 @@ type localEtcd struct {
 // ownEtcd is the check of this node's etcd member (n.EtcdQuorum and
 // n.EtcdLeads where set), and the client to close after.
 func (n *Node) ownEtcd() (localEtcd, func(), error) {
-	if n.EtcdQuorum != nil && n.EtcdLeads != nil {
-		return localEtcd{n.EtcdQuorum, n.EtcdLeads}, func() {}, nil
+	e := localEtcd{quorum: n.EtcdQuorum, leads: n.EtcdLeads}
+	if e.quorum != nil && e.leads != nil {
+		return e, func() {}, nil
 	}
 	cfg, err := n.etcdClientTLS()
 	if err != nil {
@@ -188,12 +166,11 @@ func (n *Node) ownEtcd() (localEtcd, func(), error) {
 	if err != nil {
 		return localEtcd{}, nil, err
 	}
-	e := localEtcd{quorum: c.Quorum, leads: func(ctx context.Context) (bool, error) { return c.Leads(ctx, url) }}
-	if n.EtcdQuorum != nil {
-		e.quorum = n.EtcdQuorum
+	if e.quorum == nil {
+		e.quorum = c.Quorum
 	}
-	if n.EtcdLeads != nil {
-		e.leads = n.EtcdLeads
+	if e.leads == nil {
+		e.leads = func(ctx context.Context) (bool, error) { return c.Leads(ctx, url) }
 	}
 	return e, func() { c.Close() }, nil
 }

@@ -163,7 +163,7 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 		{name: "a follower starts once m2's apiserver is ready", leads: func(context.Context) (bool, error) { return false, nil }, m2Ready: true,
 			wantLog: []string{"master m2's apiserver is ready: starting this one", "the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
 		{name: "a follower with no apiserver ready starts anyway", leads: func(context.Context) (bool, error) { return false, nil },
-			wantLog: []string{"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (m2: ",
+			wantLog: []string{"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (master m2 (10.0.2.51): ",
 				"started kube-apiserver"}},
 		{name: "the leader unknown", leads: func(context.Context) (bool, error) { return false, errors.New("status: deadline exceeded") },
 			wantLog: []string{"gave up after 1s: the etcd leader unknown: status: deadline exceeded, and no other master's apiserver is ready", "started kube-apiserver"}},
