@@ -92,9 +92,7 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 		}},
 		namedCheck{"m1's kubelet client certificate renewed", func(t *testing.T) { checkClientCertRenewed(t, kube, "m1", shortCertEnd) }})
 
-	for cut := 1; cut <= powerCuts(t); cut++ {
-		wholeClusterPowerCut(t, tp, seg, kube, r.tl, nodes, cfgs["m1"], image, cut)
-	}
+	r.powerCutsInARow(t, "cluster", tp, nodes, nil)
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
 	if lifecycleAsked() && len(tp.Masters()) > 1 {
 		reimageAndMoveMasters(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
@@ -206,15 +204,27 @@ func TestThreeMastersSurvivePowerCut(t *testing.T) {
 	r.kube = kube
 	r.bootAll(t)
 	checkWholeCluster(t, tp, r.seg, kube, r.cfgs["m1"], time.Time{})
-	for cut := 1; cut <= powerCuts(t); cut++ {
-		start := time.Now()
-		wholeClusterPowerCut(t, tp, r.seg, kube, r.tl, r.nodes, r.cfgs["m1"], r.image, cut)
-		t.Logf("three masters, power cut %d: every node Ready, kube-system running, checks passed and the write read back %s after power-on",
-			cut, time.Since(start).Round(time.Second))
+	r.powerCutsInARow(t, "three masters", tp, r.nodes, func() {
 		for _, n := range r.nodes {
 			if line, ok := n.Find(mustRe(`kiln-firstboot: (the apiserver's turn on .*|master \S+'s apiserver is ready: starting this one|starting kube-apiserver anyway: .*)`)); ok {
 				t.Logf("%s: %s", n.Name, line)
 			}
+		}
+	})
+}
+
+// powerCutsInARow cuts the power of nodes, the machines of tp, at once
+// KILN_POWER_CUTS times (wholeClusterPowerCut), logging after each cut
+// how long the cluster took to come back, then calling after (may be nil).
+func (r *clusterRun) powerCutsInARow(t *testing.T, what string, tp cluster.Topology, nodes []*clusterVM, after func()) {
+	t.Helper()
+	for cut := 1; cut <= powerCuts(t); cut++ {
+		start := time.Now()
+		wholeClusterPowerCut(t, tp, r.seg, r.kube, r.tl, nodes, r.cfgs["m1"], r.image, cut)
+		t.Logf("%s power cut %d: every node Ready, kube-system running, checks passed and the write read back %s after power-on (writes lost: 0)",
+			what, cut, time.Since(start).Round(time.Second))
+		if after != nil {
+			after()
 		}
 	}
 }

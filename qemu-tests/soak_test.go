@@ -150,13 +150,7 @@ func TestThreeMastersSoak(t *testing.T) {
 	}
 
 	// 6. Whole-cluster power cuts in a row.
-	nodes := []*clusterVM{m1, m3, w1}
-	for cut := 1; cut <= powerCuts(t); cut++ {
-		start := time.Now()
-		wholeClusterPowerCut(t, final, r.seg, kube, r.tl, nodes, r.cfgs["m1"], r.image, cut)
-		t.Logf("soak power cut %d: every node Ready, kube-system running, checks passed and the write read back %s after power-on (writes lost: 0)",
-			cut, time.Since(start).Round(time.Second))
-	}
+	r.powerCutsInARow(t, "soak", final, []*clusterVM{m1, m3, w1}, nil)
 }
 
 // failoverClient is the admin client of the run, dialling each master in
