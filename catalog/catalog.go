@@ -42,8 +42,8 @@ var Roles = []string{Etcd, APIServer, ControllerManager, Scheduler, Proxy, CoreD
 type Image struct {
 	Role    string `json:"role"`
 	Ref     string `json:"ref"`
-	Digest  string `json:"digest"`  // manifest digest, sha256:...
-	Archive string `json:"archive"` // path on the node
+	Digest  string `json:"digest"`            // manifest digest, sha256:...
+	Archive string `json:"archive,omitempty"` // path on the node; none when the image's containerd seed holds it
 }
 
 // Catalog is the document. KubernetesVersion is the release the image's

@@ -61,31 +61,45 @@ func importEach(ctx context.Context, root string, ctr Runner, log io.Writer, ima
 	errs := make([]error, len(images))
 	var wg sync.WaitGroup
 	for i, im := range images {
-		stamp := filepath.Join(root, ImportedDir, strings.TrimPrefix(im.Digest, "sha256:"))
+		stamp := stampPath(root, im)
 		if _, err := os.Stat(stamp); err == nil && have[im.Ref] != "" {
+			continue
+		}
+		if im.Archive == "" {
+			// A seeded image (imageseed) has no archive on the node.
+			errs[i] = fmt.Errorf("%s is not in containerd's store, and this node image has no archive of it (it came in the image's containerd seed: is kiln-seed.service in error?)", im.Ref)
 			continue
 		}
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			errs[i] = importOne(ctx, root, ctr, log, im, stamp)
+			errs[i] = importOne(ctx, root, ctr, log, im)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func importOne(ctx context.Context, root string, ctr Runner, log io.Writer, im Image, stamp string) error {
+func importOne(ctx context.Context, root string, ctr Runner, log io.Writer, im Image) error {
 	start := time.Now()
 	if _, err := ctr.Run(ctx, "ctr", "-n", Namespace, "images", "import", filepath.Join(root, im.Archive)); err != nil {
 		return fmt.Errorf("importing %s from %s: %w", im.Ref, im.Archive, err)
 	}
-	if err := atomicfile.WriteFile(stamp, []byte(im.Ref+"\n"), 0o644, nil); err != nil {
+	if err := Stamp(root, im); err != nil {
 		return err
 	}
 	fmt.Fprintf(log, "imported %s (%s) in %s\n", im.Ref, im.Digest, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// Stamp records that containerd holds the image, under root.
+func Stamp(root string, im Image) error {
+	return atomicfile.WriteFile(stampPath(root, im), []byte(im.Ref+"\n"), 0o644, nil)
+}
+
+func stampPath(root string, im Image) string {
+	return filepath.Join(root, ImportedDir, strings.TrimPrefix(im.Digest, "sha256:"))
 }
 
 // parseImageList reads `ctr images ls`: REF TYPE DIGEST ... per line.
