@@ -20,6 +20,7 @@ import (
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/imageseed"
 	"github.com/kiln-project/kiln/internal/syncwriter"
 )
 
@@ -51,6 +52,9 @@ type build struct {
 	images   []catalog.Image
 	early    *earlyBuilds
 	epochEnv string
+	// seedMaker makes the containerd seed; nil is imageseed.Make (unit
+	// tests swap it: the real one runs containerd).
+	seedMaker func(context.Context, imageseed.MakeOptions) error
 }
 
 // Build runs the whole pipeline. On any failure, or when ctx is cancelled,

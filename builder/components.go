@@ -54,8 +54,9 @@ var packedImages = []packedImage{
 }
 
 // installComponents bakes the Kubernetes node stack: host programs into
-// the root filesystem, every image the manifests use as an archive under
-// /usr/lib/kiln/images, and the catalog listing them. It fails when a
+// the root filesystem, every image the manifests use (kiln's own as an
+// archive under /usr/lib/kiln/images, the others in the containerd seed),
+// and the catalog listing them. It fails when a
 // manifest kiln renders references an image that is not baked.
 func (b *build) installComponents(ctx context.Context) error {
 	c := b.spec.Components
@@ -82,6 +83,9 @@ func (b *build) installComponents(ctx context.Context) error {
 		return err
 	}
 	if err := checkReferences(cat); err != nil {
+		return err
+	}
+	if err := b.seedImages(ctx, cat, programs); err != nil {
 		return err
 	}
 	data, err := cat.Marshal()

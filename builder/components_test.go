@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/imageseed"
 	"github.com/kiln-project/kiln/ociimage"
 )
 
@@ -61,7 +62,7 @@ func newReleaseFixture(t *testing.T) releaseFixture {
 	c.Images = []images.ImageArchive{{Source: "file://" + archive, SHA256: sum(archive)}}
 	kiln := filepath.Join(dir, "kiln")
 	os.WriteFile(kiln, []byte("kiln binary"), 0o755)
-	return releaseFixture{dir: dir, spec: &images.Spec{Components: c, SourceDateEpoch: 1735689600, Dir: dir}}
+	return releaseFixture{dir: dir, spec: &images.Spec{Components: c, SourceDateEpoch: 1735689600, Dir: dir, Squashfs: images.Squashfs{Compression: "zstd", Level: 3}}}
 }
 
 func (f releaseFixture) build(t *testing.T) *build {
@@ -70,7 +71,25 @@ func (f releaseFixture) build(t *testing.T) *build {
 	fakeNetRootfs(t, rootfs) // the kiln image carries kiln-net's ip and iptables
 	fakeCatatonit(t, rootfs) // the pause image
 	return &build{opts: Options{KilnBinary: filepath.Join(f.dir, "kiln"), CacheDir: t.TempDir(), Progress: io.Discard}, spec: f.spec,
-		rootfs: rootfs, work: t.TempDir()}
+		rootfs: rootfs, work: t.TempDir(), run: ExecRunner{Env: os.Environ()}, seedMaker: fakeSeed}
+}
+
+// fakeSeed stands in for imageseed.Make (which runs containerd; the
+// integration test runs the real one): it checks every archive is there
+// and writes a manifest naming the images.
+func fakeSeed(_ context.Context, o imageseed.MakeOptions) error {
+	m := imageseed.Manifest{Key: o.Key, Containerd: o.ContainerdVersion}
+	for _, im := range o.Images {
+		if _, err := os.Stat(im.Archive); err != nil {
+			return err
+		}
+		m.Images = append(m.Images, im)
+	}
+	data, _ := json.Marshal(m)
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(o.Dir, imageseed.ManifestName), data, 0o644)
 }
 
 // Release binaries and a prebuilt archive from file:// URLs are baked,
@@ -92,9 +111,23 @@ func TestComponentsFromReleaseURLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, im := range cat.Images {
-		if _, err := os.Stat(filepath.Join(b.rootfs, im.Archive)); err != nil || !strings.HasPrefix(im.Digest, "sha256:") {
-			t.Errorf("%s: archive %s (%v), digest %q", im.Role, im.Archive, err, im.Digest)
+		if !strings.HasPrefix(im.Digest, "sha256:") {
+			t.Errorf("%s: digest %q", im.Role, im.Digest)
 		}
+		// kiln's image stays an archive; the others are in the seed.
+		if im.Role == catalog.Kiln {
+			if _, err := os.Stat(filepath.Join(b.rootfs, im.Archive)); err != nil {
+				t.Errorf("%s: archive %s: %v", im.Role, im.Archive, err)
+			}
+		} else if im.Archive != "" {
+			t.Errorf("%s: archive %s, want none (seeded)", im.Role, im.Archive)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(b.rootfs, catalog.ArchiveDir)); len(ents) != 1 {
+		t.Errorf("%d archives left in the image, want kiln's only", len(ents))
+	}
+	if st, err := os.Stat(filepath.Join(b.rootfs, imageseed.Image)); err != nil || st.Size() == 0 {
+		t.Errorf("the seed squashfs: %v", err)
 	}
 	if cat.KubernetesVersion != "v1.37.1" {
 		t.Errorf("the catalog records Kubernetes %q, want the spec's v1.37.1", cat.KubernetesVersion)

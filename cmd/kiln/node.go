@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/coreos/go-systemd/v22/daemon"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -19,6 +20,7 @@ import (
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/firstboot"
 	"github.com/kiln-project/kiln/firstboot/leave"
+	"github.com/kiln-project/kiln/imageseed"
 	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/netcheck"
@@ -122,8 +124,49 @@ archives are imported at once (containerd unpacks each on one core).`,
 	}
 	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
 	imp.Flags().IntVar(&parallel, "parallel", runtime.NumCPU(), "how many archives to import at once (default: the node's CPUs)")
-	images.AddCommand(imp)
+	images.AddCommand(imp, newSeedCmd())
 	return images
+}
+
+func newSeedCmd() *cobra.Command {
+	var root string
+	cmd := &cobra.Command{
+		Use:   "seed",
+		Short: "Plant the image's ready-made containerd store on the state partition (run by kiln-seed.service)",
+		Long: `Mount the containerd seed baked into this node image (` + imageseed.Image + `,
+read-only on ` + imageseed.MountDir + `) and, when containerd's store (` + imageseed.Store + `,
+on the state partition) is not yet planted from it, plant it: containerd's
+metadata and the images' manifests and configs are copied, every unpacked
+image layer becomes a link into the mounted seed. The node's pods then start
+without importing their images. A store containerd has run on that holds
+another seed's images, or images a kiln without seeds imported, is moved whole
+into a kiln-replaced-<time> directory inside the store (nothing is deleted).
+Runs before containerd on every boot; a store planted from this seed is left
+as it is.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			start := time.Now()
+			out := cmd.OutOrStdout()
+			logf := func(f string, a ...any) { fmt.Fprintf(out, "kiln-seed: "+f+"\n", a...) }
+			p := &imageseed.Planter{Root: root, Sys: firstboot.HostSystem{}, Log: logf}
+			res, err := p.Plant(cmd.Context())
+			switch {
+			case errors.Is(err, imageseed.ErrNoSeed):
+				logf("%v: kiln images import imports every image", err)
+				return nil
+			case err != nil:
+				return err
+			case res.Planted:
+				logf("containerd's store planted from the image's seed: %d images, %d layers linked, in %s",
+					len(res.Seed.Images), len(res.Seed.Snapshots), time.Since(start).Round(time.Millisecond))
+			default:
+				logf("containerd's store is this image's seed (%d images)", len(res.Seed.Images))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
+	return cmd
 }
 
 func newNetCmd() *cobra.Command {

@@ -23,7 +23,8 @@ type Step struct {
 }
 
 // Steps are what the kernel, the agent (kiln-firstboot.service), the
-// image import (kiln-images.service) and the roles (kiln-role.service)
+// containerd seed (kiln-seed.service), the image import
+// (kiln-images.service) and the roles (kiln-role.service)
 // print, roughly in the order a first boot prints them. A boot prints
 // some of them: a plain boot has no role, a restored one imports nothing,
 // only a joining master waits for the cluster and its etcd member.
@@ -35,6 +36,9 @@ func Steps() []Step {
 		{Name: "state partition", Line: regexp.MustCompile(`kiln-firstboot: state partition (created on|\S+ mounted)`)},
 		{Name: "config applied", Line: regexp.MustCompile(`kiln-firstboot: config applied`)},
 		{Name: "agent done", Line: regexp.MustCompile(`kiln-firstboot: done source=`)},
+		// kiln-seed.service, before containerd: the image's containerd
+		// store planted (first boot) or found planted.
+		{Name: "images seeded", Line: regexp.MustCompile(`kiln-seed: containerd's store (planted from|is this image's seed)`)},
 		{Name: "cluster answered", Line: regexp.MustCompile(`kiln-firstboot: the cluster: after `)},
 		{Name: "boot images in", Line: regexp.MustCompile(`kiln-firstboot: the node's images \(kiln-images\.service\): after `)},
 		// The role queued the kubelet's start; the kubelet runs once

@@ -1,0 +1,104 @@
+package builder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/imageseed"
+)
+
+// seedImages bakes every image but kiln's own as a ready-made containerd
+// store (imageseed), packed in a squashfs the node mounts, and takes
+// their archives out of the image: a node's first boot then runs its
+// pods without importing them. kiln's image changes with every change to
+// kiln, so it stays an archive the node imports (a rebuild after a kiln
+// change does not make the seed again). The seed squashfs is cached by
+// its key (containerd and the images): containerd's metadata records
+// the time of the import, so a seed is made once and reused, and a
+// rebuild stays byte-identical.
+func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs map[string]string) error {
+	var seeded []catalog.Image
+	for _, im := range cat.Images {
+		if im.Role == catalog.Kiln {
+			continue
+		}
+		im.Archive = filepath.Join(b.rootfs, im.Archive)
+		seeded = append(seeded, im)
+	}
+	sum, err := fileSHA256(programs["containerd"])
+	if err != nil {
+		return fmt.Errorf("containerd seed: %w", err)
+	}
+	version := b.spec.Components.Containerd.Version
+	key := imageseed.KeyFor(version, sum, seeded)
+	cacheDir := filepath.Join(b.opts.CacheDir, "seeds")
+	cached := filepath.Join(cacheDir, key+".squashfs")
+	how := "cached"
+	if _, err := os.Stat(cached); err != nil {
+		start := time.Now()
+		if err := b.makeSeed(ctx, cacheDir, cached, imageseed.MakeOptions{
+			Containerd: programs["containerd"], Ctr: programs["ctr"], ContainerdVersion: version,
+			Key: key, Images: seeded, Dir: filepath.Join(b.work, "seed"), Log: b.opts.Progress,
+		}); err != nil {
+			return err
+		}
+		how = "made in " + time.Since(start).Round(100*time.Millisecond).String()
+	}
+	if err := copyFile(cached, filepath.Join(b.rootfs, imageseed.Image), 0o644); err != nil {
+		return err
+	}
+	for i, im := range cat.Images {
+		if im.Role == catalog.Kiln {
+			continue
+		}
+		if err := os.Remove(filepath.Join(b.rootfs, im.Archive)); err != nil {
+			return fmt.Errorf("containerd seed: %w", err)
+		}
+		cat.Images[i].Archive = ""
+	}
+	fmt.Fprintf(b.opts.Progress, "    containerd seed %s: %d images (%s)\n", key[:12], len(seeded), how)
+	return nil
+}
+
+// makeSeed makes the seed and packs it into the cache, with the spec's
+// squashfs compression and epoch, through a temporary name.
+func (b *build) makeSeed(ctx context.Context, cacheDir, cached string, o imageseed.MakeOptions) error {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return err
+	}
+	make := b.seedMaker
+	if make == nil {
+		make = imageseed.Make
+	}
+	if err := make(ctx, o); err != nil {
+		return fmt.Errorf("%w (the seed runs the image's containerd on the build host: it needs root and overlayfs under %s)", err, b.work)
+	}
+	tmp := cached + ".tmp"
+	os.Remove(tmp)
+	args := append([]string{o.Dir, tmp, "-noappend", "-no-progress", "-quiet"}, SquashfsCompression(b.spec)...)
+	if err := b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: args, Env: []string{b.epochEnv}}); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("containerd seed: %w", err)
+	}
+	return os.Rename(tmp, cached)
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
