@@ -58,8 +58,22 @@ func (m *Manager) logf(format string, args ...any) {
 // failed lookup is an error, not "none": the agent would go on to create
 // a state partition next to the one it could not see. So are two: the
 // agent does not guess which one is this machine's.
+//
+// blkid probes the kernel's partitions itself, so an existing state
+// filesystem is usually found at once; only an answer other than exactly
+// one waits for udev to settle and asks again, and that answer stands.
+// (After a power cut, udev was still loading the display driver and
+// its framebuffer console: settling first cost 17 s of every such boot
+// under TCG.)
 func (m *Manager) Find(ctx context.Context) (string, bool, error) {
+	if dev, found, err := m.lookup(ctx); err == nil && found {
+		return dev, true, nil
+	}
 	m.Sys.Run(ctx, "udevadm", "settle", "--timeout=30")
+	return m.lookup(ctx)
+}
+
+func (m *Manager) lookup(ctx context.Context) (string, bool, error) {
 	out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "LABEL="+Label)
 	if exitCode(err) == blkidNothingFound && len(bytes.TrimSpace(out)) == 0 {
 		return "", false, nil

@@ -237,13 +237,20 @@ func TestFindTellsNoStateFromAFailedLookup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &Manager{Root: t.TempDir(), Sys: &scriptedRunner{answers: map[string]answer{lookup: tc.answer}}}
+			r := &scriptedRunner{answers: map[string]answer{lookup: tc.answer}}
+			m := &Manager{Root: t.TempDir(), Sys: r}
 			dev, ok, err := m.Find(context.Background())
 			if dev != tc.wantDev || ok != (tc.wantDev != "") || (err != nil) != tc.wantErr {
 				t.Fatalf("Find = %q, %v, %v", dev, ok, err)
 			}
 			if err != nil && !strings.Contains(err.Error(), Label) {
 				t.Errorf("error %q does not say what was looked for", err)
+			}
+			// One filesystem found is the answer at once; any other
+			// answer is asked again once udev has settled.
+			settled := r.ran("udevadm") != nil
+			if settled != (tc.wantDev == "") {
+				t.Errorf("udev settled: %v; want a settle only when the first lookup found not exactly one (commands %q)", settled, r.cmds)
 			}
 		})
 	}
