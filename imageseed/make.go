@@ -143,6 +143,7 @@ func keep(work string, o MakeOptions) error {
 type daemon struct {
 	cmd    *exec.Cmd
 	socket string
+	state  string // removed once containerd has exited
 	log    *bytes.Buffer
 	done   chan error
 }
@@ -164,23 +165,30 @@ disabled_plugins = [
   address = %q
 `
 
-// startContainerd starts containerd on the store root, with its state,
-// socket and configuration under work.
+// startContainerd starts containerd on the store root, with its
+// configuration under work and its state and sockets in a short
+// temporary directory (a socket path longer than 107 bytes cannot be
+// bound, and a cache directory can be deep). stop removes it.
 func startContainerd(ctx context.Context, binary, root, work string) (*daemon, error) {
-	state := filepath.Join(work, "state")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, err
 	}
-	d := &daemon{socket: filepath.Join(state, "containerd.sock"), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	state, err := os.MkdirTemp("", "kiln-seed-")
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{socket: filepath.Join(state, "containerd.sock"), state: state, log: &bytes.Buffer{}, done: make(chan error, 1)}
 	config := filepath.Join(work, "config.toml")
 	text := fmt.Sprintf(daemonConfig, root, state, d.socket, filepath.Join(state, "ttrpc.sock"))
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
 	d.cmd = exec.Command(binary, "--config", config)
+	d.cmd.Dir = work
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
+		os.RemoveAll(state)
 		return nil, fmt.Errorf("containerd seed: starting %s: %w", binary, err)
 	}
 	go func() { d.done <- d.cmd.Wait() }()
@@ -212,12 +220,16 @@ func (d *daemon) waitReady(ctx context.Context, ctr func(context.Context, time.D
 	return fmt.Errorf("containerd seed: containerd did not answer on %s within %s (last: %v):\n%s", d.socket, startBound, last, tail(d.log.String()))
 }
 
-// stop ends containerd with SIGTERM, SIGKILL after stopBound. Stopping
-// twice is fine.
+// stop ends containerd with SIGTERM, SIGKILL after stopBound, and
+// removes its state directory. Stopping twice is fine.
 func (d *daemon) stop() error {
 	if d.cmd.Process == nil {
 		return nil
 	}
+	defer func() {
+		unmountUnder(d.state)
+		os.RemoveAll(d.state)
+	}()
 	select {
 	case err := <-d.done:
 		d.done <- err
