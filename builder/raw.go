@@ -46,24 +46,48 @@ func (b *build) writeRaw(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", RawName, err)
 	}
-	defer d.Close()
-	if err := d.Partition(layout.table(b.spec.Hash)); err != nil {
-		return fmt.Errorf("partitioning %s: %w", RawName, err)
-	}
-	if err := fillFAT(d, 1, ESPPartLabel, espFiles); err != nil {
-		return err
-	}
-	f, err := os.Open(squash)
+	err = d.Partition(layout.table(b.spec.Hash))
 	if err != nil {
-		return err
+		err = fmt.Errorf("partitioning %s: %w", RawName, err)
+	} else {
+		err = fillFAT(d, 1, ESPPartLabel, espFiles)
 	}
-	defer f.Close()
-	// go-diskfs wants exactly the partition's size: pad with zeros.
-	pad := int64(layout.rootEnd-layout.rootStart+1)*512 - rootSize
-	if _, err := d.WritePartitionContents(2, io.MultiReader(f, io.LimitReader(zeros{}, pad))); err != nil {
+	if cerr := d.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", RawName, err)
+	}
+	// The root partition is the squashfs and zeros: go-diskfs created
+	// the file at its full size (zeros), and a file-to-file copy at the
+	// partition's offset is done by the kernel (copy_file_range), where
+	// go-diskfs's own partition write took 3 s for the same bytes.
+	if err := copyAt(path, int64(layout.rootStart)*512, squash); err != nil {
 		return fmt.Errorf("writing the root partition: %w", err)
 	}
 	return nil
+}
+
+// copyAt writes the file src into dst at offset.
+func copyAt(dst string, offset int64, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := out.Seek(offset, io.SeekStart); err != nil {
+		out.Close()
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // diskLayout is the raw image's geometry in 512-byte sectors.
@@ -98,10 +122,3 @@ func (l diskLayout) table(specHash string) *gpt.Table {
 	}
 }
 
-// zeros reads as an endless run of zero bytes.
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) {
-	clear(p)
-	return len(p), nil
-}
