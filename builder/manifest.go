@@ -13,8 +13,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kiln-project/kiln/catalog"
 )
@@ -137,22 +139,35 @@ func (b *build) writeManifest(ctx context.Context) error {
 }
 
 // artifactDigests hashes every staged artifact, paths relative to the
-// output directory.
+// output directory, in walk order. The artifacts are hashed side by side,
+// one per CPU: the ISO, the raw disk and the squashfs are a gigabyte
+// together, a second of a rebuild hashed one after another.
 func artifactDigests(stage string) ([]FileDigest, error) {
-	var out []FileDigest
+	var paths []string
 	err := filepath.Walk(stage, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
+		if err == nil && !fi.IsDir() {
+			paths = append(paths, p)
 		}
-		d, err := digestFile(p)
-		if err != nil {
-			return err
-		}
-		d.Path, _ = filepath.Rel(stage, p)
-		out = append(out, d)
-		return nil
+		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileDigest, len(paths))
+	errs := make([]error, len(paths))
+	slots := make(chan struct{}, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			out[i], errs[i] = digestFile(p)
+			out[i].Path, _ = filepath.Rel(stage, p)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // installedPackages reads dpkg's status file of the image.
