@@ -121,4 +121,3 @@ func (l diskLayout) table(specHash string) *gpt.Table {
 		},
 	}
 }
-

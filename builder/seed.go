@@ -2,10 +2,7 @@ package builder
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,12 +29,12 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 		im.Archive = filepath.Join(b.rootfs, im.Archive)
 		seeded = append(seeded, im)
 	}
-	sum, err := fileSHA256(programs["containerd"])
+	containerd, err := digestFile(programs["containerd"])
 	if err != nil {
 		return fmt.Errorf("containerd seed: %w", err)
 	}
 	version := b.spec.Components.Containerd.Version
-	key := imageseed.KeyFor(version, sum, seeded)
+	key := imageseed.KeyFor(version, containerd.SHA256, seeded)
 	cacheDir := filepath.Join(b.opts.CacheDir, "seeds")
 	cached := filepath.Join(cacheDir, key+".squashfs")
 	how := "cached"
@@ -88,17 +85,4 @@ func (b *build) makeSeed(ctx context.Context, cacheDir, cached string, o imagese
 		return fmt.Errorf("containerd seed: %w", err)
 	}
 	return os.Rename(tmp, cached)
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
