@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // The cached base as a tree. Untarring the 1.2 GB base took 9-10 s of
@@ -32,7 +34,7 @@ func (b *build) restoreBase(ctx context.Context, cachedTar string) error {
 	}
 	if err != nil {
 		fmt.Fprintf(b.opts.Progress, "      no overlay on the cached base (%v): untarring it\n", err)
-		unmountUnder(b.rootfs)
+		mountinfo.UnmountUnder(b.rootfs)
 		os.RemoveAll(b.rootfs)
 		return b.untar(ctx, cachedTar, b.rootfs)
 	}

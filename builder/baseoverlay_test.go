@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // The cached base restored as an overlay on its extracted tree, for
@@ -40,7 +42,7 @@ func TestCachedBaseIsAnOverlayThatLeavesTheTreeAlone(t *testing.T) {
 		if err := b.restoreBase(context.Background(), cachedTar); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { unmountUnder(work) })
+		t.Cleanup(func() { mountinfo.UnmountUnder(work) })
 		return b, progress.String()
 	}
 	b, progress := restore()
@@ -75,7 +77,7 @@ func TestCachedBaseIsAnOverlayThatLeavesTheTreeAlone(t *testing.T) {
 		}
 	}
 	check("during the build")
-	if err := unmountUnder(b.work); err != nil {
+	if err := mountinfo.UnmountUnder(b.work); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(b.work); err != nil {

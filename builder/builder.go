@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/imageseed"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/internal/syncwriter"
 )
 
@@ -147,7 +148,7 @@ func newBuild(opts Options) (*build, func(), error) {
 		return nil, nil, err
 	}
 	cleanup := func() {
-		unmountUnder(work)
+		mountinfo.UnmountUnder(work)
 		os.RemoveAll(work)
 		os.RemoveAll(stage)
 	}

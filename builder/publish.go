@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/internal/outdir"
 )
 
@@ -236,7 +237,7 @@ func removeStale(dir, prefix string) error {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		if err := unmountUnder(p); err != nil {
+		if err := mountinfo.UnmountUnder(p); err != nil {
 			return fmt.Errorf("cleaning up %s: %w", p, err)
 		}
 		if err := os.RemoveAll(p); err != nil {

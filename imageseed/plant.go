@@ -1,18 +1,19 @@
 package imageseed
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // ErrNoSeed is Plant's answer on an image built without a seed.
@@ -99,21 +100,8 @@ func (p *Planter) mount(ctx context.Context, image string) error {
 }
 
 func (p *Planter) mounted(dir string) (bool, error) {
-	f, err := os.Open(p.path("/proc/self/mountinfo"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 4 && f[4] == dir {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
+	points, err := mountinfo.Points(p.path(mountinfo.Self))
+	return slices.Contains(points, dir), err
 }
 
 // moveAside moves every entry of the store into a new kiln-replaced-

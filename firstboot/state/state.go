@@ -5,7 +5,6 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // Names fixed by docs/architecture.md.
@@ -145,20 +145,10 @@ func (m *Manager) bind(ctx context.Context, mounted map[string]bool) error {
 
 // mountPoints lists what is mounted, as paths inside the root.
 func (m *Manager) mountPoints() (map[string]bool, error) {
-	f, err := os.Open(m.path("/proc/self/mountinfo"))
-	if err != nil {
-		if os.IsNotExist(err) {
-			return map[string]bool{}, nil
-		}
-		return nil, err
-	}
-	defer f.Close()
+	points, err := mountinfo.Points(m.path(mountinfo.Self))
 	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 {
-			out[fields[4]] = true
-		}
+	for _, p := range points {
+		out[p] = true
 	}
-	return out, sc.Err()
+	return out, err
 }
