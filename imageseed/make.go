@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // MakeOptions is what Make needs: the node image's containerd and ctr
@@ -51,10 +51,10 @@ func Make(ctx context.Context, o MakeOptions) (err error) {
 		return fmt.Errorf("containerd seed: %w", err)
 	}
 	defer func() {
-		unmountUnder(work)
+		mountinfo.UnmountUnder(work)
 		os.RemoveAll(work)
 	}()
-	d, err := startContainerd(ctx, o.Containerd, filepath.Join(work, "root"), work)
+	d, err := startContainerd(o.Containerd, o.Ctr, filepath.Join(work, "root"), work)
 	if err != nil {
 		return err
 	}
@@ -63,25 +63,15 @@ func Make(ctx context.Context, o MakeOptions) (err error) {
 			err = serr
 		}
 	}()
-	ctr := func(ctx context.Context, bound time.Duration, args ...string) ([]byte, error) {
-		ctx, cancel := context.WithTimeout(ctx, bound)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, o.Ctr, append([]string{"--address", d.socket, "--namespace", catalog.Namespace}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return out, fmt.Errorf("ctr %s: %w\n%s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-		}
-		return out, nil
-	}
-	if err := d.waitReady(ctx, ctr); err != nil {
+	if err := d.waitReady(ctx); err != nil {
 		return err
 	}
 	for _, im := range o.Images {
 		start := time.Now()
-		if _, err := ctr(ctx, importBound, "images", "import", "--local", "--discard-unpacked-layers", "--snapshotter", "overlayfs", im.Archive); err != nil {
+		if _, err := d.ctr(ctx, importBound, "images", "import", "--local", "--discard-unpacked-layers", "--snapshotter", "overlayfs", im.Archive); err != nil {
 			return fmt.Errorf("containerd seed: importing %s: %w", im.Ref, err)
 		}
-		if _, err := ctr(ctx, startBound, "images", "label", im.Ref, "io.cri-containerd.pinned=pinned"); err != nil {
+		if _, err := d.ctr(ctx, startBound, "images", "label", im.Ref, "io.cri-containerd.pinned=pinned"); err != nil {
 			return fmt.Errorf("containerd seed: pinning %s: %w", im.Ref, err)
 		}
 		if o.Log != nil {
@@ -89,7 +79,7 @@ func Make(ctx context.Context, o MakeOptions) (err error) {
 		}
 	}
 	// Collect the discarded layers now, not whenever the scheduler would.
-	if _, err := ctr(ctx, importBound, "content", "prune", "references"); err != nil {
+	if _, err := d.ctr(ctx, importBound, "content", "prune", "references"); err != nil {
 		return fmt.Errorf("containerd seed: collecting the unpacked layers: %w", err)
 	}
 	if err := d.stop(); err != nil {
@@ -116,10 +106,9 @@ func keep(work string, o MakeOptions) error {
 		return fmt.Errorf("containerd seed: %w", err)
 	}
 	m := Manifest{Key: o.Key, Containerd: o.ContainerdVersion}
-	for _, e := range entries {
+	for _, e := range entries { // in name order
 		m.Snapshots = append(m.Snapshots, e.Name())
 	}
-	sort.Strings(m.Snapshots)
 	for _, im := range o.Images {
 		im.Archive = ""
 		m.Images = append(m.Images, im)
@@ -138,14 +127,16 @@ func keep(work string, o MakeOptions) error {
 }
 
 // daemon is the build host's containerd for one seed: its own root,
-// state and socket under the work directory, and none of the plugins
-// an import does not use.
+// state and socket, and none of the plugins an import does not use; and
+// the ctr that talks to it.
 type daemon struct {
-	cmd    *exec.Cmd
-	socket string
-	state  string // removed once containerd has exited
-	log    *bytes.Buffer
-	done   chan error
+	cmd     *exec.Cmd
+	ctrPath string
+	socket  string
+	state   string // removed once containerd has exited
+	log     *bytes.Buffer
+	exited  chan struct{} // closed once containerd has exited
+	waitErr error         // its exit, once exited is closed
 }
 
 const daemonConfig = `version = 3
@@ -169,7 +160,7 @@ disabled_plugins = [
 // configuration under work and its state and sockets in a short
 // temporary directory (a socket path longer than 107 bytes cannot be
 // bound, and a cache directory can be deep). stop removes it.
-func startContainerd(ctx context.Context, binary, root, work string) (*daemon, error) {
+func startContainerd(containerd, ctr, root, work string) (*daemon, error) {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, err
 	}
@@ -177,37 +168,53 @@ func startContainerd(ctx context.Context, binary, root, work string) (*daemon, e
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{socket: filepath.Join(state, "containerd.sock"), state: state, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	d := &daemon{ctrPath: ctr, socket: filepath.Join(state, "containerd.sock"), state: state, log: &bytes.Buffer{}, exited: make(chan struct{})}
 	config := filepath.Join(work, "config.toml")
 	text := fmt.Sprintf(daemonConfig, root, state, d.socket, filepath.Join(state, "ttrpc.sock"))
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(binary, "--config", config)
+	d.cmd = exec.Command(containerd, "--config", config)
 	d.cmd.Dir = work
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
 		os.RemoveAll(state)
-		return nil, fmt.Errorf("containerd seed: starting %s: %w", binary, err)
+		return nil, fmt.Errorf("containerd seed: starting %s: %w", containerd, err)
 	}
-	go func() { d.done <- d.cmd.Wait() }()
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
 	return d, nil
 }
 
-// waitReady waits, at most startBound, until containerd answers.
-func (d *daemon) waitReady(ctx context.Context, ctr func(context.Context, time.Duration, ...string) ([]byte, error)) error {
+// ctr runs ctr against the daemon in kubelet's namespace, within bound;
+// a failure carries its output.
+func (d *daemon) ctr(ctx context.Context, bound time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.ctrPath, append([]string{"--address", d.socket, "--namespace", catalog.Namespace}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("ctr %s: %w\n%s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// waitReady waits, at most startBound, until containerd answers. Its
+// log is read only once it has exited (it writes the buffer as it runs).
+func (d *daemon) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(startBound)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-d.done:
-			d.done <- err
-			return fmt.Errorf("containerd seed: containerd exited (%v) before it answered:\n%s", err, tail(d.log.String()))
+		case <-d.exited:
+			return fmt.Errorf("containerd seed: containerd exited (%v) before it answered:\n%s", d.waitErr, tail(d.log.String()))
 		default:
 		}
 		if _, err := os.Stat(d.socket); err == nil {
-			if _, last = ctr(ctx, 10*time.Second, "version"); last == nil {
+			if _, last = d.ctr(ctx, 10*time.Second, "version"); last == nil {
 				return nil
 			}
 		}
@@ -217,55 +224,30 @@ func (d *daemon) waitReady(ctx context.Context, ctr func(context.Context, time.D
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("containerd seed: containerd did not answer on %s within %s (last: %v):\n%s", d.socket, startBound, last, tail(d.log.String()))
+	serr := d.stop()
+	return fmt.Errorf("containerd seed: containerd did not answer on %s within %s (last: %v; stopping it: %v):\n%s", d.socket, startBound, last, serr, tail(d.log.String()))
 }
 
 // stop ends containerd with SIGTERM, SIGKILL after stopBound, and
 // removes its state directory. Stopping twice is fine.
 func (d *daemon) stop() error {
-	if d.cmd.Process == nil {
-		return nil
-	}
 	defer func() {
-		unmountUnder(d.state)
+		mountinfo.UnmountUnder(d.state)
 		os.RemoveAll(d.state)
 	}()
 	select {
-	case err := <-d.done:
-		d.done <- err
+	case <-d.exited:
 		return nil // already gone
 	default:
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-d.done:
-		d.done <- nil
+	case <-d.exited:
 		return nil
 	case <-time.After(stopBound):
 		d.cmd.Process.Kill()
-		<-d.done
-		d.done <- nil
+		<-d.exited
 		return fmt.Errorf("containerd seed: containerd did not exit within %s of SIGTERM", stopBound)
-	}
-}
-
-// unmountUnder lazily unmounts whatever containerd left mounted under
-// dir (an unpack's temporary mounts, if it died during one).
-func unmountUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var under []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			under = append(under, f[4])
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(under)))
-	for _, m := range under {
-		syscall.Unmount(m, syscall.MNT_DETACH)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/ociimage"
 )
 
@@ -84,20 +85,15 @@ func TestSeedOnARealContainerd(t *testing.T) {
 	if res, err := p.Plant(ctx); err != nil || !res.Planted {
 		t.Fatalf("plant: %+v %v", res, err)
 	}
-	d, err := startContainerd(ctx, bins["containerd"], filepath.Join(root, Store), filepath.Join(dir, "run"))
+	d, err := startContainerd(bins["containerd"], bins["ctr"], filepath.Join(root, Store), filepath.Join(dir, "run"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.stop(); unmountUnder(dir) })
-	ctr := func(ctx context.Context, bound time.Duration, args ...string) ([]byte, error) {
-		ctx, cancel := context.WithTimeout(ctx, bound)
-		defer cancel()
-		return exec.CommandContext(ctx, bins["ctr"], append([]string{"--address", d.socket, "--namespace", catalog.Namespace}, args...)...).CombinedOutput()
-	}
-	if err := d.waitReady(ctx, ctr); err != nil {
+	t.Cleanup(func() { d.stop(); mountinfo.UnmountUnder(dir) })
+	if err := d.waitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ctr(ctx, time.Minute, "images", "ls")
+	out, err := d.ctr(ctx, time.Minute, "images", "ls")
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -109,7 +105,7 @@ func TestSeedOnARealContainerd(t *testing.T) {
 	}
 	target := filepath.Join(dir, "mnt")
 	os.MkdirAll(target, 0o755)
-	if out, err := ctr(ctx, time.Minute, "images", "mount", "--rw", "kiln.local/etcd:test", target); err != nil {
+	if out, err := d.ctr(ctx, time.Minute, "images", "mount", "--rw", "kiln.local/etcd:test", target); err != nil {
 		t.Fatalf("mounting an image from the planted store: %v: %s", err, out)
 	}
 	got, err := os.ReadFile(filepath.Join(target, "usr/local/bin/etcd"))
@@ -123,7 +119,7 @@ func TestSeedOnARealContainerd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(seed, TreeDir, snapshotsDir, m.Snapshots[0], "fs", "written")); err == nil {
 		t.Error("a write in the mounted image landed in the seed")
 	}
-	if out, err := ctr(ctx, time.Minute, "images", "unmount", "--rm", target); err != nil {
+	if out, err := d.ctr(ctx, time.Minute, "images", "unmount", "--rm", target); err != nil {
 		t.Errorf("unmount: %v: %s", err, out)
 	}
 }
