@@ -133,10 +133,14 @@ func SquashfsCompression(s *images.Spec) []string {
 // out: every boot path loads the copy beside the squashfs, and nothing
 // on a running node reads /boot.
 func (b *build) squashfs(ctx context.Context) error {
-	args := append([]string{b.rootfs, filepath.Join(b.work, "rootfs.squashfs"), "-noappend", "-no-progress", "-quiet"},
-		SquashfsCompression(b.spec)...)
-	args = append(args, "-e", "boot/vmlinuz-"+b.kver) // -e must come last
-	return b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: args, Env: []string{b.epochEnv}})
+	return b.mksquashfs(ctx, b.rootfs, filepath.Join(b.work, "rootfs.squashfs"), "-e", "boot/vmlinuz-"+b.kver)
+}
+
+// mksquashfs packs dir into dst with the spec's compression, at the
+// spec's epoch; extra go last (mksquashfs wants -e there).
+func (b *build) mksquashfs(ctx context.Context, dir, dst string, extra ...string) error {
+	args := append([]string{dir, dst, "-noappend", "-no-progress", "-quiet"}, SquashfsCompression(b.spec)...)
+	return b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: append(args, extra...), Env: []string{b.epochEnv}})
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {

@@ -23,7 +23,7 @@ import (
 func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs map[string]string) error {
 	var seeded []catalog.Image
 	for _, im := range cat.Images {
-		if im.Role == catalog.Kiln {
+		if !inSeed(im) {
 			continue
 		}
 		im.Archive = filepath.Join(b.rootfs, im.Archive)
@@ -52,7 +52,7 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 		return err
 	}
 	for i, im := range cat.Images {
-		if im.Role == catalog.Kiln {
+		if !inSeed(im) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(b.rootfs, im.Archive)); err != nil {
@@ -63,6 +63,9 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 	fmt.Fprintf(b.opts.Progress, "    containerd seed %s: %d images (%s)\n", key[:12], len(seeded), how)
 	return nil
 }
+
+// inSeed says whether the seed holds the image: all but kiln's own.
+func inSeed(im catalog.Image) bool { return im.Role != catalog.Kiln }
 
 // makeSeed makes the seed and packs it into the cache, with the spec's
 // squashfs compression and epoch, through a temporary name.
@@ -79,8 +82,7 @@ func (b *build) makeSeed(ctx context.Context, cacheDir, cached string, o imagese
 	}
 	tmp := cached + ".tmp"
 	os.Remove(tmp)
-	args := append([]string{o.Dir, tmp, "-noappend", "-no-progress", "-quiet"}, SquashfsCompression(b.spec)...)
-	if err := b.run.Run(ctx, Cmd{Name: "mksquashfs", Args: args, Env: []string{b.epochEnv}}); err != nil {
+	if err := b.mksquashfs(ctx, o.Dir, tmp); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("containerd seed: %w", err)
 	}
