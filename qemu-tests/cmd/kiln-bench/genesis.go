@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
@@ -28,10 +30,20 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "== genesis: plain boot floor")
-	floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), bootPath{name: "ISO", setup: isoBoot(vm.BIOS)}, true, loginLine)
-	if err != nil {
-		return fmt.Errorf("genesis floor: %w", err)
+	// The floor is the faster of two plain boots: one boot alone varied
+	// from 36.7 s to 58.3 s between runs on this host, and a slow floor
+	// flatters every ratio beside it.
+	var floor timedBoot
+	for i := range 2 {
+		fmt.Fprintf(os.Stderr, "== genesis: plain boot floor (%d of 2)\n", i+1)
+		b, err := timeBoot(ctx, o, filepath.Join(dir, fmt.Sprintf("plain-%d", i+1)), bootPath{name: "ISO", setup: isoBoot(vm.BIOS)}, true, loginLine)
+		if err != nil {
+			return fmt.Errorf("genesis floor: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "== genesis: plain boot to the login prompt in %.1f s\n", b.took.Seconds())
+		if i == 0 || b.took < floor.took {
+			floor = b
+		}
 	}
 	cfgs, err := cluster.Configs(cluster.GenesisSite(false), filepath.Join(dir, "pki"))
 	if err != nil {
@@ -66,7 +78,7 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 		return fmt.Errorf("genesis: %w (console: %s)", err, v.ConsolePath(v.Boot()))
 	}
 	done, first := v.Uptime(), v.Console()
-	head := [3]string{"step", "time", "floor: plain boot of the same ISO to the login prompt"}
+	head := [3]string{"step", "time", "floor: the faster of two plain boots of the same ISO to the login prompt"}
 	title := "Genesis (ISO, SeaBIOS, 3 GiB, 2 vCPUs, TCG; host polls the apiserver through hostfwd every second)"
 	r.add(title, head,
 		row{"power-on to apiserver healthy (/readyz ok)", secs(healthy), secs(floor.took), ""},
@@ -90,7 +102,30 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 		floorRow("plain boot of the same ISO, agent masked", floor.console),
 		stepsRow("first boot: bootstrap (config attached, blank disk)", first),
 		stepsRow("after a power cut: restored (no config)", restoredConsole(ctx, v)))
+	keepPodLogs(ctx, kube, filepath.Join(o.out, "bench-logs", "genesis"), "restored-", "kube-apiserver-g1", "etcd-g1")
 	return nil
+}
+
+// keepPodLogs writes the named kube-system pods' logs, as the apiserver
+// serves them, into dir (prefix before each name), so that where a
+// boot's time went can be read after the VM is gone. A log that cannot
+// be read is reported and skipped: the figures are already taken.
+func keepPodLogs(ctx context.Context, kube kubernetes.Interface, dir, prefix string, pods ...string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "== keeping pod logs: %v\n", err)
+		return
+	}
+	for _, pod := range pods {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		data, err := kube.CoreV1().Pods("kube-system").GetLogs(pod, &corev1.PodLogOptions{Timestamps: true}).DoRaw(ctx)
+		cancel()
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, prefix+pod+".log"), data, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "== keeping %s's log: %v\n", pod, err)
+		}
+	}
 }
 
 // restoredConsole is the console of the genesis boot after the power
@@ -104,30 +139,65 @@ func restoredConsole(ctx context.Context, v *vm.VM) []console.Line {
 	return v.Console()
 }
 
-// timeToReady polls from the host until the apiserver is healthy and
-// then until the node is Ready, returning both times since power-on.
+// timeToReady polls from the host, every second, whether the apiserver
+// is healthy (/readyz) and whether the node is Ready from a heartbeat of
+// this boot, returning when each was first seen, since power-on. The two
+// are polled side by side: the apiserver serves the kubelet's heartbeat
+// before its last post-start hook lets /readyz pass. Each poll is cut
+// after a few seconds, so that one sent before the guest's network was
+// up does not hold the next for its TLS handshake's 10 s.
 func timeToReady(ctx context.Context, v *vm.VM, kube kubernetes.Interface, since time.Time) (healthy, ready time.Duration, err error) {
-	poll := func(check func() error) (time.Duration, error) {
-		deadline := time.Now().Add(30 * time.Minute)
-		for {
-			if err := check(); err == nil {
-				return v.Uptime(), nil
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("not there after 30 min (console: %s)", v.ConsolePath(v.Boot()))
-			}
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			time.Sleep(time.Second)
-		}
-	}
-	if healthy, err = poll(func() error { return clustercheck.APIServerReady(ctx, kube) }); err != nil {
-		return 0, 0, err
-	}
 	if !since.IsZero() {
 		since = since.Add(-5 * time.Second)
 	}
-	ready, err = poll(func() error { return clustercheck.NodeReady(ctx, kube, "g1", since) })
-	return healthy, ready, err
+	check := func(f func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return f(ctx)
+	}
+	pending := ""
+	deadline := time.Now().Add(30 * time.Minute)
+	for healthy == 0 || ready == 0 {
+		if healthy == 0 {
+			err := check(func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) })
+			if p := pendingChecks(err); p != pending {
+				fmt.Fprintf(os.Stderr, "== %.1f s: readyz pending: %s\n", v.Uptime().Seconds(), p)
+				pending = p
+			}
+			if err == nil {
+				healthy = v.Uptime()
+			}
+		}
+		if ready == 0 && check(func(ctx context.Context) error { return clustercheck.NodeReady(ctx, kube, "g1", since) }) == nil {
+			ready = v.Uptime()
+			fmt.Fprintf(os.Stderr, "== %.1f s: node Ready\n", ready.Seconds())
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("the apiserver healthy and the node Ready: not both after 30 min (console: %s)", v.ConsolePath(v.Boot()))
+		}
+		if ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
+		time.Sleep(time.Second)
+	}
+	return healthy, ready, nil
 }
+
+// pendingChecks names the apiserver's readiness checks that an answer of
+// /readyz says failed ("[-]name failed"), for the bench's log of where
+// the apiserver's start goes; "" when none is named.
+func pendingChecks(err error) string {
+	if err == nil {
+		return ""
+	}
+	var names []string
+	for _, m := range failedCheck.FindAllStringSubmatch(err.Error(), -1) {
+		names = append(names, m[1])
+	}
+	if len(names) == 0 {
+		return clustercheck.OneLine(err)
+	}
+	return strings.Join(names, " ")
+}
+
+var failedCheck = regexp.MustCompile(`\[-\](\S+) failed`)
