@@ -103,7 +103,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return n.startInOrder(ctx, n.params(rec), n.restartStages(etcd, kube))
+	return n.startInOrder(ctx, n.params(rec), n.restartStages(rec, etcd, kube))
 }
 
 // recordBootstrapped marks the membership existing once the apiserver

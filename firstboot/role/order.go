@@ -43,13 +43,23 @@ const apiserverTurnBound = 5 * time.Minute
 // its IP allocation check timed out; with three masters (make soak) every
 // apiserver failed its rbac/bootstrap-roles hook (it must reconcile about
 // 140 objects within 30 s) and restarted, for 30 minutes.
-func (n *Node) restartStages(etcd localEtcd, kube kubernetes.Interface) []stage {
+//
+// A master alone in its site and in its membership record has no turn to
+// wait for: its apiserver starts beside etcd, so the apiserver's own
+// start (most of its CPU on a restart) overlaps etcd's, and the
+// apiserver waits for its etcd to serve.
+func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
+	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
+		ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }}
+	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
+		n.Log("the only master of this site: kube-apiserver starts beside etcd")
+		return []stage{{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}, healthy}
+	}
 	return []stage{
 		{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum},
 		{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
 			ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}},
-		{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
-			ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }},
+		healthy,
 	}
 }
 

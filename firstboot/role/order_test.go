@@ -60,7 +60,8 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
-		quorumAfter, readyAfter int // checks that fail first; -1: never
+		quorumAfter, readyAfter int  // checks that fail first; -1: never
+		alone                   bool // the site names no other master
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
@@ -70,6 +71,9 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
+		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
+			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd", "etcd quorum on 10.0.2.50: after",
+				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := nodeRoot(t, "g1")
@@ -127,14 +131,19 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				n.Wait = time.Minute
 			}
 			n.file, n.cat = mustLoad(t, n)
+			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
+			if tc.alone {
+				n.file.Masters = n.file.Masters[:1]
+				atStart, quorumWith = []string{"etcd", "kube-apiserver"}, "quorum with [etcd kube-apiserver]"
+			}
 			if err := n.startControlPlane(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(sys.atStart, []string{"etcd"}) || sys.stale {
-				t.Errorf("the kubelet started with %v (the last boot's files left: %v), want etcd alone, rendered anew", sys.atStart, sys.stale)
+			if !slices.Equal(sys.atStart, atStart) || sys.stale {
+				t.Errorf("the kubelet started with %v (the last boot's files left: %v), want %v, rendered anew", sys.atStart, sys.stale, atStart)
 			}
 			for _, o := range order {
-				if strings.HasPrefix(o, "quorum") && o != "quorum with [etcd]" ||
+				if strings.HasPrefix(o, "quorum") && o != quorumWith ||
 					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" {
 					t.Errorf("%s: out of order (all checks: %q)", o, order)
 				}
