@@ -94,8 +94,11 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 
 	r.powerCutsInARow(t, "cluster", tp, nodes, nil)
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
-	if lifecycleAsked() && len(tp.Masters()) > 1 {
-		reimageAndMoveMasters(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
+	if len(tp.Masters()) > 1 {
+		m2 := reimageWorkerAndMaster(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
+		if lifecycleAsked() {
+			removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image, "w1", tp.Machines[0])
+		}
 	}
 }
 
