@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -102,8 +103,33 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 		floorRow("plain boot of the same ISO, agent masked", floor.console),
 		stepsRow("first boot: bootstrap (config attached, blank disk)", first),
 		stepsRow("after a power cut: restored (no config)", restoredConsole(ctx, v)))
-	keepPodLogs(ctx, kube, filepath.Join(o.out, "bench-logs", "genesis"), "restored-", "kube-apiserver-g1", "etcd-g1")
+	logs := filepath.Join(o.out, "bench-logs", "genesis")
+	keepPodLogs(ctx, kube, logs, "restored-", "kube-apiserver-g1", "etcd-g1")
+	keepConsoles(dir, logs)
 	return nil
+}
+
+// keepConsoles copies the serial consoles of the part's boots (every
+// .log under dir: the floors' and the node's) into logs, named by their
+// path under dir, since the bench's work directory is removed at its end.
+func keepConsoles(dir, logs string) {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(logs, strings.ReplaceAll(rel, string(filepath.Separator), "-")), data, 0o644)
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "== keeping the consoles: %v\n", err)
+	}
 }
 
 // keepPodLogs writes the named kube-system pods' logs, as the apiserver
