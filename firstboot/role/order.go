@@ -49,18 +49,16 @@ const apiserverTurnBound = 5 * time.Minute
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
+	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
 		ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
-		return []stage{{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}, healthy}
+		return []stage{quorum, healthy}
 	}
-	return []stage{
-		{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum},
-		{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
-			ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}},
-		healthy,
-	}
+	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
+		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
+	return []stage{quorum, turn, healthy}
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
