@@ -186,12 +186,12 @@ func timeToReady(ctx context.Context, v *vm.VM, kube kubernetes.Interface, since
 	for healthy == 0 || ready == 0 {
 		if healthy == 0 {
 			err := check(func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) })
-			if p := pendingChecks(err); p != pending {
-				fmt.Fprintf(os.Stderr, "== %.1f s: readyz pending: %s\n", v.Uptime().Seconds(), p)
-				pending = p
-			}
 			if err == nil {
 				healthy = v.Uptime()
+				fmt.Fprintf(os.Stderr, "== %.1f s: readyz ok\n", healthy.Seconds())
+			} else if p := pendingChecks(err); p != pending {
+				fmt.Fprintf(os.Stderr, "== %.1f s: readyz pending: %s\n", v.Uptime().Seconds(), p)
+				pending = p
 			}
 		}
 		if ready == 0 && check(func(ctx context.Context) error { return clustercheck.NodeReady(ctx, kube, "g1", since) }) == nil {
@@ -209,13 +209,11 @@ func timeToReady(ctx context.Context, v *vm.VM, kube kubernetes.Interface, since
 	return healthy, ready, nil
 }
 
-// pendingChecks names the apiserver's readiness checks that an answer of
-// /readyz says failed ("[-]name failed"), for the bench's log of where
-// the apiserver's start goes; "" when none is named.
+// pendingChecks names the apiserver's readiness checks that a failed
+// answer of /readyz says failed ("[-]name failed"), for the bench's log
+// of where the apiserver's start goes; the error itself when none is
+// named.
 func pendingChecks(err error) string {
-	if err == nil {
-		return ""
-	}
 	var names []string
 	for _, m := range failedCheck.FindAllStringSubmatch(err.Error(), -1) {
 		names = append(names, m[1])
