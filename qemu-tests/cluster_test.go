@@ -441,11 +441,7 @@ func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, m cluster.Mac
 // either way.
 func waitDone(t *testing.T, tl *bootTimeline, n *clusterVM, how string) {
 	t.Helper()
-	line, err := cluster.WaitRoleDone(context.Background(), n.VM, n.Role, how, joinBoot)
-	tl.add(bootName(n.Name, n.Boot()), n.VM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	line := tl.roleDone(t, bootName(n.Name, n.Boot()), n.VM, n.Role, how)
 	at := n.Uptime()
 	for _, l := range n.Console() {
 		if l.Text == line {

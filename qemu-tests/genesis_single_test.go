@@ -66,11 +66,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 		Ignition: cfgs["g1"]})
 	ctx := context.Background()
 	tl := newBootTimeline(t, dir, "genesis scenario")
-	line, err := cluster.WaitRoleDone(ctx, v, "genesis", "bootstrapped", joinBoot)
-	tl.add(bootName("g1", 1), v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	line := tl.roleDone(t, bootName("g1", 1), v, "genesis", "bootstrapped")
 	t.Logf("boot 1: %s (%s after power-on)", line, v.Uptime().Round(time.Second))
 	expectFields(t, waitLine(t, v, `probe: docker=`), map[string]string{"docker": "ok"})
 	kube, err := cluster.HostClient(cfgs["g1"], port)
@@ -96,11 +92,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err := v.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	line, err = cluster.WaitRoleDone(ctx, v, "genesis", "restored", joinBoot)
-	tl.add(bootName("g1", 2), v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	line = tl.roleDone(t, bootName("g1", 2), v, "genesis", "restored")
 	t.Logf("boot 2: %s (%s after power-on)", line, v.Uptime().Round(time.Second))
 	if src, ok := v.Find(mustRe(`kiln-firstboot: done source=`)); !ok || !strings.Contains(src, "source=state") {
 		t.Errorf("boot 2 config source: %q, want the state partition", src)
