@@ -49,6 +49,9 @@ type Remover struct {
 	EtcdErr error
 	Log     Logf
 	Options
+	// RetryBound bounds how long a step is tried again while it fails on
+	// what passes by itself (DefaultRetryBound if 0).
+	RetryBound time.Duration
 	// Now and PollInterval are for tests (time.Now, 2 s if unset).
 	Now          func() time.Time
 	PollInterval time.Duration
@@ -85,7 +88,7 @@ func (r *Remover) Remove(ctx context.Context, name string) error {
 	for i, s := range steps {
 		prefix := fmt.Sprintf("[%d/%d] %s: ", i+1, len(steps), s.name)
 		log := func(format string, args ...any) { r.Log(prefix+format, args...) }
-		if err := s.run(ctx, n, log); err != nil {
+		if err := r.runStep(ctx, s, n, log); err != nil {
 			return fmt.Errorf("remove %s: %s: %w", name, s.name, err)
 		}
 	}
