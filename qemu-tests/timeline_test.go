@@ -77,11 +77,13 @@ func (bt *bootTimeline) fail(v *vm.VM, err error) {
 }
 
 // agentTail is the last n console lines of v's current boot that kiln's
-// units printed (kiln-firstboot, kiln-images, kiln-seed, kiln-leave).
+// units printed (kiln-firstboot, kiln-images, kiln-seed, kiln-leave), or
+// the kernel when it oopsed or panicked (kernel.panic_on_oops is set: the
+// guest reboots, and QEMU, run with -no-reboot, exits).
 func agentTail(v *vm.VM, n int) string {
 	var kiln []string
 	for _, l := range v.Lines() {
-		if strings.Contains(l, "kiln-") {
+		if strings.Contains(l, "kiln-") || strings.Contains(l, "Kernel panic") || strings.Contains(l, "Oops") || strings.Contains(l, "BUG: ") {
 			kiln = append(kiln, l)
 		}
 	}

@@ -133,7 +133,7 @@ func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Durat
 		select {
 		case err := <-v.exited:
 			v.exited <- err
-			return "", fmt.Errorf("VM %s: QEMU exited (%v) before the console showed %q", v.Name, err, re)
+			return "", fmt.Errorf("VM %s: QEMU exited (%v) before the console showed %q%s", v.Name, err, re, v.stderrTail())
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-time.After(500 * time.Millisecond):
@@ -178,6 +178,17 @@ func (v *VM) Tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// stderrTail is the last lines QEMU wrote to its stderr this boot (why
+// it exited), for an error message; "" when it wrote none.
+func (v *VM) stderrTail() string {
+	data, _ := os.ReadFile(v.ConsolePath(v.boot) + ".qemu-stderr")
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return ""
+	}
+	return "; QEMU's stderr: " + strings.Join(lines[max(0, len(lines)-5):], " | ")
 }
 
 var bootIDLine = regexp.MustCompile(`kiln-firstboot: start boot_id=([0-9a-f-]+)`)
