@@ -18,6 +18,7 @@ import (
 	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/freeport"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
@@ -198,13 +199,15 @@ func start(t *testing.T, name, bin string, args ...string) {
 	})
 }
 
+// freePort is a port for a server the test starts (freeport: not one an
+// outgoing connection can take before the server binds it).
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	port, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // writeAPIServerConfig puts the configuration files the role renders for

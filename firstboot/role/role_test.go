@@ -244,10 +244,8 @@ func TestMasterOfAnotherSiteIsRefusedAtOnce(t *testing.T) {
 func TestGenesisProceedsWhenNoEtcdAnswers(t *testing.T) {
 	root, _ := nodeRoot(t, "g1")
 	pointMastersAtLoopback(t, root)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close() // nothing listens there now
-	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: port, Log: func(string, ...any) {}}
+	// freePort: nothing listens there
+	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: freePort(t), Log: func(string, ...any) {}}
 	n.file, n.cat = mustLoad(t, n)
 	if err := n.requireNoCluster(context.Background()); err != nil {
 		t.Fatalf("no etcd answers, yet: %v", err)

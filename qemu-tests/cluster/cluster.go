@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/internal/freeport"
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/pki"
@@ -129,15 +130,8 @@ func HostClient(cfg []byte, port int) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
-// FreePort is a free TCP port on 127.0.0.1 for a hostfwd.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort is a free TCP port on 127.0.0.1 for a hostfwd (freeport).
+func FreePort() (int, error) { return freeport.Get() }
 
 // KilnImage is the kiln image's reference, from an image's manifest.
 func KilnImage(outDir string) (string, error) {
