@@ -104,9 +104,9 @@ func nodeStackFiles(pause string) []file {
 	return []file{
 		{path: manifests.ContainerdConfigPath, data: manifests.ContainerdConfig(pause), mode: 0o644},
 		{path: "/etc/systemd/network/50-kiln-dns.netdev", mode: 0o644,
-			data: "# kiln: the node-local DNS address lives on its own dummy interface\n[NetDev]\nName=kiln-dns\nKind=dummy\n"},
+			data: "# kiln: the node-local DNS address lives on its own dummy interface\n[NetDev]\nName=" + discovery.NodeLocalLink + "\nKind=dummy\n"},
 		{path: "/etc/systemd/network/50-kiln-dns.network", mode: 0o644,
-			data: "[Match]\nName=kiln-dns\n\n[Link]\nRequiredForOnline=no\n\n[Network]\nAddress=" + discovery.NodeLocalAddress + "/32\nConfigureWithoutCarrier=yes\n"},
+			data: "[Match]\nName=" + discovery.NodeLocalLink + "\n\n[Link]\nRequiredForOnline=no\n\n[Network]\nAddress=" + discovery.NodeLocalAddress + "/32\nConfigureWithoutCarrier=yes\n"},
 	}
 }
 

@@ -15,6 +15,10 @@ import (
 // never leaves it.
 const NodeLocalAddress = "169.254.20.10"
 
+// NodeLocalLink is the dummy interface that carries NodeLocalAddress
+// (systemd-networkd makes it from the image's kiln-dns files).
+const NodeLocalLink = "kiln-dns"
+
 // TTL is short so a dropped apiserver leaves the answer quickly.
 const TTL = 10
 

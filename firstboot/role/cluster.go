@@ -206,8 +206,13 @@ func (n *Node) waitSelfReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	keep := n.keepNodeLocalAddress()
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		return n.selfReady(ctx, c.kube)
+		err := n.selfReady(ctx, c.kube)
+		if err != nil {
+			keep(ctx) // the kubelet reaches the apiservers through it
+		}
+		return err
 	})
 }
 

@@ -174,6 +174,9 @@ func (n *Node) startNode(ctx context.Context, p manifests.Params, hold []string)
 	if err := n.seedZone(); err != nil {
 		return err
 	}
+	if err := n.ensureNodeLocalAddress(ctx); err != nil {
+		return err
+	}
 	n.restoreCNI()
 	n.Log("node files written: kubelet config, %d static pod(s), node-local DNS at %s", countPods(files), discovery.NodeLocalAddress)
 	if _, err := n.Sys.Run(ctx, "systemctl", "start", "--no-block", "kubelet.service"); err != nil {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodeconfig"
 	"github.com/kiln-project/kiln/nodefile"
@@ -89,10 +90,18 @@ func nodeRoot(t *testing.T, name string) (root string, files map[string][]byte) 
 	return root, files
 }
 
-type recorder struct{ calls []string }
+// recorder records the commands a role runs. It answers the look at the
+// node-local DNS link with the address in place, as on a node where
+// systemd-networkd configured it, and records that look apart (looks).
+type recorder struct{ calls, looks []string }
 
 func (r *recorder) Run(_ context.Context, name string, args ...string) ([]byte, error) {
-	r.calls = append(r.calls, name+" "+strings.Join(args, " "))
+	cmd := name + " " + strings.Join(args, " ")
+	if cmd == "ip -4 -o addr show dev "+discovery.NodeLocalLink {
+		r.looks = append(r.looks, cmd)
+		return []byte("5: kiln-dns    inet 169.254.20.10/32 scope global kiln-dns\\       valid_lft forever preferred_lft forever\n"), nil
+	}
+	r.calls = append(r.calls, cmd)
 	return nil, nil
 }
 

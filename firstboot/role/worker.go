@@ -51,8 +51,13 @@ func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	keep := n.keepNodeLocalAddress()
 	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		return rejected(n.selfReady(ctx, kube))
+		err := rejected(n.selfReady(ctx, kube))
+		if err != nil {
+			keep(ctx) // this client and the kubelet reach the apiservers through it
+		}
+		return err
 	})
 }
 
