@@ -61,8 +61,7 @@ func transient(err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.As(err, &st) && st.Status().Code >= 500,
-		apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
+	case errors.As(err, &st) && st.Status().Code >= 500: // 504 Timeout and ServerTimeout among them
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err):
 		return true
