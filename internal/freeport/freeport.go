@@ -27,7 +27,7 @@ const (
 // no outgoing connection will be given.
 func Get() (int, error) {
 	lo, hi := low, high
-	if elo, _, ok := ephemeralRange(); ok && elo < hi {
+	if elo, ok := ephemeralStart(); ok && elo < hi {
 		hi = elo
 	}
 	for range 100 {
@@ -42,17 +42,17 @@ func Get() (int, error) {
 	return 0, fmt.Errorf("no free TCP port on 127.0.0.1 in %d-%d after 100 tries", lo, hi-1)
 }
 
-// ephemeralRange is the kernel's range for outgoing connections' ports.
-func ephemeralRange() (int, int, bool) {
+// ephemeralStart is the first port of the kernel's range for outgoing
+// connections.
+func ephemeralStart() (int, bool) {
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 0, 0, false
+		return 0, false
 	}
 	f := strings.Fields(string(data))
 	if len(f) != 2 {
-		return 0, 0, false
+		return 0, false
 	}
-	lo, err1 := strconv.Atoi(f[0])
-	hi, err2 := strconv.Atoi(f[1])
-	return lo, hi, err1 == nil && err2 == nil && lo > low
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil && lo > low
 }
