@@ -55,7 +55,7 @@ func (v *VM) start() error {
 	os.Remove(v.ConsolePath(v.boot))
 	prog, args := v.Command(v.boot)
 	v.cmd = exec.Command(prog, args...)
-	stderr, err := os.Create(v.ConsolePath(v.boot) + ".qemu-stderr")
+	stderr, err := os.Create(v.stderrPath())
 	if err != nil {
 		return err
 	}
@@ -180,10 +180,13 @@ func (v *VM) Tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// stderrPath is where the current boot's QEMU writes its stderr.
+func (v *VM) stderrPath() string { return v.ConsolePath(v.boot) + ".qemu-stderr" }
+
 // stderrTail is the last lines QEMU wrote to its stderr this boot (why
 // it exited), for an error message; "" when it wrote none.
 func (v *VM) stderrTail() string {
-	data, _ := os.ReadFile(v.ConsolePath(v.boot) + ".qemu-stderr")
+	data, _ := os.ReadFile(v.stderrPath())
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	if len(lines) == 1 && lines[0] == "" {
 		return ""
@@ -215,7 +218,7 @@ func copyFile(src, dst string) error {
 // does on nested hosts whose KVM cannot emulate some boot loader code or
 // set some MSR of the host CPU model.
 func (v *VM) kvmFailed() bool {
-	data, _ := os.ReadFile(v.ConsolePath(v.boot) + ".qemu-stderr")
+	data, _ := os.ReadFile(v.stderrPath())
 	for _, sign := range []string{"KVM internal error", "failed to set MSR", "kvm_buf_set_msrs"} {
 		if bytes.Contains(data, []byte(sign)) {
 			return true
@@ -227,11 +230,11 @@ func (v *VM) kvmFailed() bool {
 // retryUnderTCG runs the current boot again under TCG, and makes every
 // later VM skip KVM too.
 func (v *VM) retryUnderTCG() error {
-	fmt.Fprintf(os.Stderr, "vm %s: KVM failed (see %s.qemu-stderr); this and later VMs run under TCG\n", v.Name, v.ConsolePath(v.boot))
+	fmt.Fprintf(os.Stderr, "vm %s: KVM failed (see %s); this and later VMs run under TCG\n", v.Name, v.stderrPath())
 	markKVMBroken()
 	v.KVM = false
 	v.PowerCut()
-	os.Rename(v.ConsolePath(v.boot)+".qemu-stderr", v.ConsolePath(v.boot)+".kvm-failed")
+	os.Rename(v.stderrPath(), v.ConsolePath(v.boot)+".kvm-failed")
 	v.boot--
 	return v.start()
 }
