@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// answering answers each command from a table (prefix → output or error)
-// and records what ran.
+// answering records what ran and answers each command from a table
+// keyed by the whole command line (output or error); a command not in
+// the table gets neither.
 type answering struct {
 	answers map[string]answer
 	ran     []string
