@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 )
@@ -247,11 +248,90 @@ func TestFindTellsNoStateFromAFailedLookup(t *testing.T) {
 				t.Errorf("error %q does not say what was looked for", err)
 			}
 			// One filesystem found is the answer at once; any other
-			// answer is asked again once udev has settled.
+			// answer is asked again once udev is idle.
 			settled := r.ran("udevadm") != nil
 			if settled != (tc.wantDev == "") {
 				t.Errorf("udev settled: %v; want a settle only when the first lookup found not exactly one (commands %q)", settled, r.cmds)
 			}
 		})
+	}
+}
+
+// bootingDisk is a disk whose driver is still loading: blkid finds
+// nothing for the first lookups, and udev's queue is busy for as long as
+// busy says.
+type bootingDisk struct {
+	absentLookups int  // lookups that find nothing before the disk is there
+	busy          bool // udev's queue never empties
+	lookups       int
+	udevChecks    int
+}
+
+func (d *bootingDisk) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	switch line := strings.Join(append([]string{name}, args...), " "); line {
+	case "blkid -o device -t LABEL=" + Label:
+		d.lookups++
+		if d.lookups <= d.absentLookups {
+			return nil, exitStatus(blkidNothingFound)
+		}
+		return []byte("/dev/vda1\n"), nil
+	case "udevadm settle --timeout=0":
+		d.udevChecks++
+		if d.busy {
+			return nil, exitStatus(1)
+		}
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("unexpected command %q", line)
+	}
+}
+
+func TestFindWaitsForTheDiskOnlyWhileUdevIsBusy(t *testing.T) {
+	tests := []struct {
+		name        string
+		disk        bootingDisk
+		wantDev     string
+		wantLookups int
+	}{
+		// After a power cut: the disk shows up while udev is still busy
+		// with other devices; it is taken as soon as blkid sees it.
+		{"disk appears while udev is busy", bootingDisk{absentLookups: 3, busy: true}, "/dev/vda1", 4},
+		// A blank machine: nothing comes, udev goes idle, one last look.
+		{"udev idle, nothing there", bootingDisk{absentLookups: 1000}, "", 2},
+		// The disk is registered just as udev's queue empties.
+		{"disk appears at the last look", bootingDisk{absentLookups: 1}, "/dev/vda1", 2},
+		// udev never empties its queue: Find gives its answer at the bound.
+		{"udev busy past the bound", bootingDisk{absentLookups: 1000, busy: true}, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.disk
+			m := &Manager{Root: t.TempDir(), Sys: &d, FindWait: 600 * time.Millisecond}
+			start := time.Now()
+			dev, ok, err := m.Find(context.Background())
+			if err != nil || dev != tc.wantDev || ok != (tc.wantDev != "") {
+				t.Fatalf("Find = %q, %v, %v; want %q", dev, ok, err, tc.wantDev)
+			}
+			if tc.wantLookups > 0 && d.lookups != tc.wantLookups {
+				t.Errorf("blkid asked %d times; want %d", d.lookups, tc.wantLookups)
+			}
+			if tc.wantLookups == 0 && time.Since(start) < m.FindWait {
+				t.Errorf("Find answered after %s, before its bound %s, while udev was busy", time.Since(start), m.FindWait)
+			}
+			if time.Since(start) > m.FindWait+2*findPoll {
+				t.Errorf("Find took %s; its bound is %s", time.Since(start), m.FindWait)
+			}
+		})
+	}
+}
+
+func TestFindStopsWhenItsContextEnds(t *testing.T) {
+	d := &bootingDisk{absentLookups: 1000, busy: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	m := &Manager{Root: t.TempDir(), Sys: d}
+	_, _, err := m.Find(ctx)
+	if err == nil || !strings.Contains(err.Error(), Label) {
+		t.Fatalf("Find after its context ended = %v; want an error naming %s", err, Label)
 	}
 }
