@@ -105,10 +105,31 @@ func nodeStackFiles(pause string) []file {
 		{path: manifests.ContainerdConfigPath, data: manifests.ContainerdConfig(pause), mode: 0o644},
 		{path: "/etc/systemd/network/50-kiln-dns.netdev", mode: 0o644,
 			data: "# kiln: the node-local DNS address lives on its own dummy interface\n[NetDev]\nName=" + discovery.NodeLocalLink + "\nKind=dummy\n"},
-		{path: "/etc/systemd/network/50-kiln-dns.network", mode: 0o644,
-			data: "[Match]\nName=" + discovery.NodeLocalLink + "\n\n[Link]\nRequiredForOnline=no\n\n[Network]\nAddress=" + discovery.NodeLocalAddress + "/32\nConfigureWithoutCarrier=yes\n"},
+		{path: "/etc/systemd/network/50-kiln-dns.network", mode: 0o644, data: nodeLocalNetwork},
 	}
 }
+
+// nodeLocalNetwork puts the node-local DNS address on its dummy link.
+// The address is in 169.254.0.0/16, for which networkd runs IPv4 address
+// conflict detection by default: the address waits out ARP probes on a
+// link that carries no traffic. Every node holds the same address by
+// design, so detection is off and the address is set at once. (A QEMU
+// master once came back from a power cut without the address; the probe,
+// cut short by the agent's networkctl reload, is the likeliest cause
+// found, not a proven one: the role also checks, see role/nodelocal.go.)
+var nodeLocalNetwork = `[Match]
+Name=` + discovery.NodeLocalLink + `
+
+[Link]
+RequiredForOnline=no
+
+[Network]
+ConfigureWithoutCarrier=yes
+
+[Address]
+Address=` + discovery.NodeLocalAddress + `/32
+DuplicateAddressDetection=none
+`
 
 // fetchArchives copies the spec's prebuilt image archives (checked
 // against their sha256) into the image and reads their tags.
