@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // bind is one mount made inside the root filesystem for a chroot command.
@@ -16,7 +14,10 @@ type bind struct {
 }
 
 // withChrootMounts mounts /proc, /sys, /dev (and extra binds) into rootfs,
-// runs fn, and always unmounts them again, even when fn fails.
+// runs fn, and always unmounts them again, even when fn fails. Only its
+// own mounts are undone, deepest first: rootfs itself may be a mount (the
+// overlay on the cached base), and it must still be there for the steps
+// after this one.
 func withChrootMounts(rootfs string, extra []bind, fn func() error) (err error) {
 	mounts := append([]bind{
 		{"proc", "proc", "proc"},
@@ -24,9 +25,14 @@ func withChrootMounts(rootfs string, extra []bind, fn func() error) (err error) 
 		{"/dev", "dev", ""},
 		{"/dev/pts", "dev/pts", ""},
 	}, extra...)
+	var mounted []string
 	defer func() {
-		if uerr := mountinfo.UnmountUnder(rootfs); uerr != nil && err == nil {
-			err = uerr
+		for i := len(mounted) - 1; i >= 0; i-- {
+			// /dev is bound without MS_REC, so nothing is mounted below
+			// a target but what this function mounted there itself
+			if uerr := unix.Unmount(mounted[i], unix.MNT_DETACH); uerr != nil && err == nil {
+				err = fmt.Errorf("unmounting %s: %w", mounted[i], uerr)
+			}
 		}
 	}()
 	for _, m := range mounts {
@@ -41,6 +47,7 @@ func withChrootMounts(rootfs string, extra []bind, fn func() error) (err error) 
 		if err := unix.Mount(m.source, target, fstype, flags, ""); err != nil {
 			return fmt.Errorf("mounting %s on %s: %w", m.source, target, err)
 		}
+		mounted = append(mounted, target)
 	}
 	return fn()
 }
