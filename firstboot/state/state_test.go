@@ -335,3 +335,39 @@ func TestFindStopsWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("Find after its context ended = %v; want an error naming %s", err, Label)
 	}
 }
+
+// On a blank machine blkid is not asked again and again while udev is
+// busy: only when the kernel's list of block devices changes.
+func TestFindAsksBlkidOnlyWhenTheDeviceListChanges(t *testing.T) {
+	root := t.TempDir()
+	partitions := filepath.Join(root, "proc", "partitions")
+	os.MkdirAll(filepath.Dir(partitions), 0o755)
+	os.WriteFile(partitions, []byte("major minor  #blocks  name\n  11 0 429056 sr0\n"), 0o444)
+
+	blank := &bootingDisk{absentLookups: 1000, busy: true}
+	m := &Manager{Root: root, Sys: blank, FindWait: 600 * time.Millisecond}
+	if dev, ok, err := m.Find(context.Background()); dev != "" || ok || err != nil {
+		t.Fatalf("Find on a blank machine = %q, %v, %v", dev, ok, err)
+	}
+	if blank.lookups != 2 {
+		t.Errorf("blkid asked %d times while the device list stood still; want 2 (the first look and the last)", blank.lookups)
+	}
+	if blank.udevChecks < 2 {
+		t.Errorf("udev's queue looked at %d times; want it watched until the bound", blank.udevChecks)
+	}
+
+	// The disk's driver registers it while udev is busy: found at once.
+	late := &bootingDisk{absentLookups: 1, busy: true}
+	m = &Manager{Root: root, Sys: late, FindWait: 5 * time.Second}
+	go func() {
+		time.Sleep(3 * findPoll)
+		os.WriteFile(partitions, []byte("major minor  #blocks  name\n  11 0 429056 sr0\n 254 0 8388608 vda\n 254 1 8387567 vda1\n"), 0o444)
+	}()
+	start := time.Now()
+	if dev, ok, err := m.Find(context.Background()); dev != "/dev/vda1" || !ok || err != nil {
+		t.Fatalf("Find as the disk appears = %q, %v, %v", dev, ok, err)
+	}
+	if late.lookups != 2 || time.Since(start) > 2*time.Second {
+		t.Errorf("found after %d lookups and %s; want the second lookup, right after the device list changed", late.lookups, time.Since(start))
+	}
+}
