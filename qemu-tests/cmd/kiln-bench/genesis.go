@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
@@ -133,9 +135,11 @@ func keepConsoles(dir, logs string) {
 }
 
 // keepPodLogs writes the named kube-system pods' logs, as the apiserver
-// serves them, into dir (prefix before each name), so that where a
-// boot's time went can be read after the VM is gone. A log that cannot
-// be read is reported and skipped: the figures are already taken.
+// serves them, and the pods themselves (their status holds when the
+// sandbox was ready and when each container started) into dir (prefix
+// before each name), so that where a boot's time went can be read after
+// the VM is gone. What cannot be read is reported and skipped: the
+// figures are already taken.
 func keepPodLogs(ctx context.Context, kube kubernetes.Interface, dir, prefix string, pods ...string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "== keeping pod logs: %v\n", err)
@@ -144,14 +148,31 @@ func keepPodLogs(ctx context.Context, kube kubernetes.Interface, dir, prefix str
 	for _, pod := range pods {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		data, err := kube.CoreV1().Pods("kube-system").GetLogs(pod, &corev1.PodLogOptions{Timestamps: true}).DoRaw(ctx)
-		cancel()
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, prefix+pod+".log"), data, 0o644)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "== keeping %s's log: %v\n", pod, err)
 		}
+		if err := keepPod(ctx, kube, filepath.Join(dir, prefix+pod+".pod.json"), pod); err != nil {
+			fmt.Fprintf(os.Stderr, "== keeping pod %s: %v\n", pod, err)
+		}
+		cancel()
 	}
+}
+
+// keepPod writes the kube-system pod name, as the apiserver has it, to path.
+func keepPod(ctx context.Context, kube kubernetes.Interface, path, name string) error {
+	pod, err := kube.CoreV1().Pods("kube-system").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pod.ManagedFields = nil
+	data, err := json.MarshalIndent(pod, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // restoredConsole is the console of the genesis boot after the power
