@@ -57,18 +57,17 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 		return []stage{quorum, healthy}
 	}
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
-		ready: n.apiserverTurn(etcd.leads, readySkips(rec)), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
+		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
 	return []stage{quorum, turn, healthy}
 }
 
-// readySkips are the /readyz checks the agent's waits for an apiserver
-// (its own, and another master's for the turn after a power cut) leave
-// out. Once the cluster has bootstrapped (the membership record
+// readySkips are the /readyz checks a wait for this node's own apiserver
+// leaves out. Once the cluster has bootstrapped (the membership record
 // says existing: genesis records it after its apiserver's first /readyz
 // ok, a joining master writes it), the default RBAC roles are in etcd and
 // the roles hook only re-reads them, which on starved etcd members takes
-// minutes (clustercheck.RolesHook); the controller-manager, the scheduler,
-// the node's own labels and the next master's apiserver do not need it. Every other check still
+// minutes (clustercheck.RolesHook); the controller-manager, the scheduler
+// and the node's own labels do not need it. Every other check still
 // counts, and the apiserver itself still joins the kubernetes Endpoints
 // (the discovery zone) only once its whole /readyz passes.
 func readySkips(rec etcdmember.Membership) []string {
@@ -79,12 +78,10 @@ func readySkips(rec etcdmember.Membership) []string {
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
-// member leads the cluster, or another master's apiserver is ready (the
-// checks in skip left out: the roles hook, once the cluster has
-// bootstrapped, since that hook's reads wait on etcd, not on the CPU the
-// turns share out). One apiserver at a time runs its start-up, while the
-// machines that wait run etcd alone.
-func (n *Node) apiserverTurn(leads func(context.Context) (bool, error), skip []string) func(context.Context) error {
+// member leads the cluster, or another master's apiserver is ready. One
+// apiserver at a time runs its post-start hooks, while the machines that
+// wait run etcd alone.
+func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		lead, err := leads(ctx)
 		if err == nil && lead {
@@ -97,7 +94,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error), skip []s
 		m, doubt := firstMaster(ctx, n.otherMasters(), n.apiAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			return clustercheck.APIServerReady(ctx, kube, skip...)
+			return clustercheck.APIServerReady(ctx, kube)
 		})
 		if doubt != nil {
 			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, clustercheck.OneLine(doubt))
