@@ -15,23 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// RolesHook is the apiserver's post-start hook that reconciles the
-// default RBAC roles and bindings on every start: about 140 objects, read
-// one after another, each a linearizable etcd read. In a cluster whose
-// etcd members are starved (three masters on a loaded machine) that took
-// 7 minutes of a joining master's 11 in /readyz after everything else
-// passed; once the cluster's roles exist, the apiserver serves, and
-// authorizes with them, while the hook still runs.
-const RolesHook = "poststarthook/rbac/bootstrap-roles"
-
-// APIServerReady is nil when the apiserver's /readyz says ok, the checks
-// named in skip left out (/readyz?exclude=...).
-func APIServerReady(ctx context.Context, kube kubernetes.Interface, skip ...string) error {
-	req := kube.Discovery().RESTClient().Get().AbsPath("/readyz")
-	for _, check := range skip {
-		req = req.Param("exclude", check)
-	}
-	body, err := req.DoRaw(ctx)
+// APIServerReady is nil when the apiserver's /readyz says ok.
+func APIServerReady(ctx context.Context, kube kubernetes.Interface) error {
+	body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
 		return err
 	}

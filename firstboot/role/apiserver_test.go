@@ -82,27 +82,6 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c}
 }
 
-// The roles hook the agent leaves out once a cluster has bootstrapped is
-// a check the real apiserver has under that name: an unknown name in
-// /readyz?exclude= is only a warning, and the wait would then hold for
-// the hook as before without a word.
-func TestRealAPIServerExcludesTheRolesHook(t *testing.T) {
-	cp := startRealControlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := clustercheck.APIServerReady(ctx, cp.cluster.kube, clustercheck.RolesHook); err != nil {
-		t.Fatalf("readyz without the roles hook: %v", err)
-	}
-	body, err := cp.cluster.kube.Discovery().RESTClient().Get().AbsPath("/readyz").
-		Param("verbose", "").Param("exclude", clustercheck.RolesHook).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "[+]" + clustercheck.RolesHook + " excluded: ok"; !strings.Contains(string(body), want) {
-		t.Errorf("/readyz?verbose&exclude=%s has no %q:\n%s", clustercheck.RolesHook, want, body)
-	}
-}
-
 // hostArgs turns a static pod's flags into the host's: node paths under
 // root, and the flags in set replaced.
 func hostArgs(root string, flags []string, set map[string]string) []string {

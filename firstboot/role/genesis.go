@@ -126,19 +126,13 @@ func (n *Node) recordBootstrapped(context.Context) error {
 	return atomicfile.WriteFile(n.path(manifests.EtcdConfigPath), conf, 0o644, nil)
 }
 
-// waitOwnAPIServer waits for this node's own apiserver to be ready (the
-// roles hook left out once the cluster has bootstrapped: readySkips).
+// waitOwnAPIServer waits for this node's own apiserver to be ready.
 func (n *Node) waitOwnAPIServer(ctx context.Context) error {
-	rec, err := etcdmember.Read(n.Root)
-	if err != nil {
-		return err
-	}
 	c, err := n.client(n.file.Address)
 	if err != nil {
 		return err
 	}
-	skip := readySkips(rec)
 	return clustercheck.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
-		return clustercheck.APIServerReady(ctx, c.kube, skip...)
+		return clustercheck.APIServerReady(ctx, c.kube)
 	})
 }

@@ -51,7 +51,7 @@ const apiserverTurnBound = 5 * time.Minute
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
-		ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube, readySkips(rec)...) }}
+		ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
@@ -59,22 +59,6 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
 		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
 	return []stage{quorum, turn, healthy}
-}
-
-// readySkips are the /readyz checks a wait for this node's own apiserver
-// leaves out. Once the cluster has bootstrapped (the membership record
-// says existing: genesis records it after its apiserver's first /readyz
-// ok, a joining master writes it), the default RBAC roles are in etcd and
-// the roles hook only re-reads them, which on starved etcd members takes
-// minutes (clustercheck.RolesHook); the controller-manager, the scheduler
-// and the node's own labels do not need it. Every other check still
-// counts, and the apiserver itself still joins the kubernetes Endpoints
-// (the discovery zone) only once its whole /readyz passes.
-func readySkips(rec etcdmember.Membership) []string {
-	if rec.State == etcdmember.StateExisting {
-		return []string{clustercheck.RolesHook}
-	}
-	return nil
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd

@@ -61,17 +61,12 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
 		quorumAfter, readyAfter int  // checks that fail first; -1: never
-		rolesAfter              int  // then /readyz calls that fail on the roles hook alone; -1: never
 		alone                   bool // the site names no other master
 		wantLog                 []string
-		wantReadyCalls          int // /readyz calls until the apiserver counted as healthy
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
-				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}, wantReadyCalls: 2},
-		{name: "a cluster that has bootstrapped does not wait for the roles hook", quorumAfter: 2, readyAfter: 1, rolesAfter: -1,
-			wantLog:        []string{"started kube-apiserver", "apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"},
-			wantReadyCalls: 2},
+				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "etcd never has quorum", quorumAfter: -1, readyAfter: -1,
 			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
@@ -91,7 +86,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				os.WriteFile(filepath.Join(dir, name+".yaml"), []byte("last boot's"), 0o644)
 			}
-			var quorumCalls, readyCalls, healthyAt atomic.Int32
+			var quorumCalls, readyCalls atomic.Int32
 			var order []string
 			note := func(what string) {
 				present, _ := podsPresent(root)
@@ -103,16 +98,10 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					return
 				}
 				note("readyz")
-				c := int(readyCalls.Add(1))
-				if tc.readyAfter < 0 || c <= tc.readyAfter {
-					http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+				if c := int(readyCalls.Add(1)); tc.readyAfter < 0 || c <= tc.readyAfter {
+					http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed", http.StatusInternalServerError)
 					return
 				}
-				if (tc.rolesAfter < 0 || c <= tc.readyAfter+tc.rolesAfter) && !slices.Contains(r.URL.Query()["exclude"], clustercheck.RolesHook) {
-					http.Error(w, "[-]"+clustercheck.RolesHook+" failed", http.StatusInternalServerError)
-					return
-				}
-				healthyAt.CompareAndSwap(0, int32(c))
 				fmt.Fprint(w, "ok")
 			}))
 			defer srv.Close()
@@ -163,26 +152,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				t.Errorf("static pods at the end: %v (the last boot's files left: %v)", present, stale)
 			}
 			wantInOrder(t, log, tc.wantLog)
-			if tc.wantReadyCalls > 0 && int(healthyAt.Load()) != tc.wantReadyCalls {
-				t.Errorf("the apiserver counted as healthy at /readyz call %d, want %d", healthyAt.Load(), tc.wantReadyCalls)
-			}
 		})
-	}
-}
-
-// Only a genesis that has not recorded its bootstrap waits for the
-// apiserver's roles hook: until then the default roles may not exist.
-func TestReadySkipsTheRolesHookOnceBootstrapped(t *testing.T) {
-	for _, tc := range []struct {
-		state string
-		want  []string
-	}{
-		{etcdmember.StateNew, nil},
-		{etcdmember.StateExisting, []string{clustercheck.RolesHook}},
-	} {
-		if got := readySkips(etcdmember.Membership{State: tc.state}); !slices.Equal(got, tc.want) {
-			t.Errorf("state %s: skips %q, want %q", tc.state, got, tc.want)
-		}
 	}
 }
 
