@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -108,7 +110,83 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	logs := filepath.Join(o.out, "bench-logs", "genesis")
 	keepPodLogs(ctx, kube, logs, "restored-", "kube-apiserver-g1", "etcd-g1")
 	keepConsoles(dir, logs)
+	v.PowerCut()
+	keepJournal(ctx, disk, filepath.Join(logs, "restored-journal.log"))
 	return nil
+}
+
+// keepJournal writes the journal of the last boot on a powered-off
+// node's state disk (qcow2) to path, with monotonic times, so that
+// where a boot's time went (the kubelet's start, containerd's) can be
+// read beside its console. The disk is converted to a raw copy and each
+// of its partitions mounted read-only through a loop device at the
+// partition's offset (partition nodes of a loop device need udev, which
+// this host may not run) until one holds the state partition's
+// log/journal; the copy goes at the end. Failures are reported and
+// skipped: the figures are already taken.
+func keepJournal(ctx context.Context, disk, path string) {
+	fail := func(err error) { fmt.Fprintf(os.Stderr, "== keeping the journal of %s: %v\n", disk, err) }
+	run := func(name string, args ...string) ([]byte, error) {
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return out, nil
+	}
+	raw := disk + ".journal.raw"
+	defer os.Remove(raw)
+	mnt, err := os.MkdirTemp(filepath.Dir(disk), "journal-")
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer os.Remove(mnt)
+	if _, err := run("qemu-img", "convert", "-O", "raw", disk, raw); err != nil {
+		fail(err)
+		return
+	}
+	out, err := run("sfdisk", "--json", raw)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var table struct {
+		PartitionTable struct {
+			SectorSize int64 `json:"sectorsize"`
+			Partitions []struct {
+				Start int64 `json:"start"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal(out, &table); err != nil {
+		fail(fmt.Errorf("sfdisk --json: %w", err))
+		return
+	}
+	sector := max(table.PartitionTable.SectorSize, 512)
+	for _, p := range table.PartitionTable.Partitions {
+		opts := fmt.Sprintf("ro,noload,loop,offset=%d", p.Start*sector)
+		if _, err := run("mount", "-t", "ext4", "-o", opts, raw, mnt); err != nil {
+			continue
+		}
+		journal := filepath.Join(mnt, "log", "journal")
+		if _, err := os.Stat(journal); err != nil {
+			run("umount", mnt)
+			continue
+		}
+		out, err := run("journalctl", "-D", journal, "-b", "-0", "-o", "short-monotonic", "--no-pager")
+		run("umount", mnt)
+		if err == nil {
+			err = os.WriteFile(path, out, 0o644)
+		}
+		if err != nil {
+			fail(err)
+		}
+		return
+	}
+	fail(fmt.Errorf("none of its %d partitions holds a log/journal directory", len(table.PartitionTable.Partitions)))
 }
 
 // keepConsoles copies the serial consoles of the part's boots (every
