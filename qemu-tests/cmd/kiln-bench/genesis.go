@@ -119,7 +119,7 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 // node's state disk (qcow2) to path, with monotonic times, so that
 // where a boot's time went (the kubelet's start, containerd's) can be
 // read beside its console. The disk is converted to a raw copy and each
-// of its partitions mounted read-only through a loop device at the
+// of its partitions mounted through a loop device at the
 // partition's offset (partition nodes of a loop device need udev, which
 // this host may not run) until one holds the state partition's
 // log/journal; the copy goes at the end. Failures are reported and
@@ -167,7 +167,10 @@ func keepJournal(ctx context.Context, disk, path string) {
 	}
 	sector := max(table.PartitionTable.SectorSize, 512)
 	for _, p := range table.PartitionTable.Partitions {
-		opts := fmt.Sprintf("ro,noload,loop,offset=%d", p.Start*sector)
+		// Read-write: mounting replays the ext4 journal of the killed
+		// guest, without which the files journald made this boot are not
+		// there (the raw copy is the bench's own).
+		opts := fmt.Sprintf("loop,offset=%d", p.Start*sector)
 		if _, err := run("mount", "-t", "ext4", "-o", opts, raw, mnt); err != nil {
 			continue
 		}
