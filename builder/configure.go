@@ -103,9 +103,15 @@ var (
 // configureNode turns the installed base into a kiln node: no baked host
 // identity (machine id, SSH host keys, hostname: the build host's leaks in
 // through debootstrap), networkd with DHCP, the sysctls the kubelet needs, and nothing
-// left over from the build chroot.
+// left over from the build chroot. Nor /var/log/journal: with it in the
+// image, journald writes its persistent journal into the root's RAM
+// overlay from early boot and keeps those files open after the agent
+// binds the state partition's log directory over /var/log, so no boot's
+// journal was ever kept; without it journald holds the boot's log in
+// /run until the agent makes the directory on the state partition and
+// asks for a flush.
 func (b *build) configureNode(ctx context.Context) error {
-	for _, glob := range []string{"/etc/ssh/ssh_host_*", "/boot/initrd.img-*", "/initrd.img*", "/var/lib/dbus/machine-id", "/usr/sbin/policy-rc.d", "/etc/hostname"} {
+	for _, glob := range []string{"/etc/ssh/ssh_host_*", "/boot/initrd.img-*", "/initrd.img*", "/var/lib/dbus/machine-id", "/usr/sbin/policy-rc.d", "/etc/hostname", "/var/log/journal"} {
 		if err := removeGlob(b.rootfs, glob); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -376,7 +377,49 @@ func wholeClusterPowerCut(t *testing.T, tp cluster.Topology, seg *netns.Net, kub
 	from := tp.Machines[len(tp.Machines)-1].Name // w1 where the site has it
 	parallelChecks(t, fmt.Sprintf("after power cut %d", cut),
 		namedCheck{"cluster DNS from " + from, func(t *testing.T) { checkClusterDNS(t, kube, image, from) }},
-		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }})
+		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }},
+		namedCheck{"m1's journal of the boots before the cut", func(t *testing.T) { checkJournalKept(t, kube, "m1", 2) }})
+}
+
+var (
+	journalDirLink  = regexp.MustCompile(`href="([0-9a-f]{32})/"`)
+	journalFileLink = regexp.MustCompile(`href="(system[^"/]*\.journal~?)"`)
+)
+
+// checkJournalKept reads, through the kubelet's /logs/ (the node's
+// /var/log, which the agent binds from the state partition), how many
+// system journal files node keeps, and wants at least want: one per boot,
+// as each boot has a machine id of its own (the image has none baked in)
+// and journald a directory per machine id. A node whose journald kept
+// writing into the image's RAM overlay (its /var/log/journal hidden by
+// the bind mount) has none there.
+func checkJournalKept(t *testing.T, kube kubernetes.Interface, node string, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list := func(dir string) (string, error) {
+		b, err := kube.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/logs/journal", dir).DoRaw(ctx)
+		return string(b), err
+	}
+	top, err := list("/")
+	if err != nil {
+		t.Fatalf("listing %s's /var/log/journal: %v", node, err)
+	}
+	var files []string
+	for _, m := range journalDirLink.FindAllStringSubmatch(top, -1) {
+		dir, err := list(m[1] + "/")
+		if err != nil {
+			t.Fatalf("listing %s's /var/log/journal/%s: %v", node, m[1], err)
+		}
+		for _, f := range journalFileLink.FindAllStringSubmatch(dir, -1) {
+			files = append(files, m[1]+"/"+f[1])
+		}
+	}
+	if len(files) < want {
+		t.Errorf("%s keeps %d system journal file(s) on its state partition, want at least %d (one per boot): %v", node, len(files), want, files)
+		return
+	}
+	t.Logf("%s keeps %d system journal files on its state partition", node, len(files))
 }
 
 // namedCheck is one check of a running cluster.
