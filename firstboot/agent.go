@@ -57,7 +57,7 @@ const (
 // error is the one the final line reports.
 func (a *Agent) Run(ctx context.Context) error {
 	a.status = Status{State: "running", BootID: a.bootID()}
-	a.console("start boot_id=%s", a.status.BootID)
+	a.console("start boot_id=%s%s", a.status.BootID, processTimes(a.Root))
 	a.writeStatus()
 	err := a.run(ctx)
 	if err != nil {
