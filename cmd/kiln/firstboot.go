@@ -49,10 +49,7 @@ It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
 				agent.Wait = 0
 			}
 			if !noSystemd {
-				sd, err := firstboot.NewDBusSystemd(ctx)
-				if err != nil {
-					return err
-				}
+				sd := firstboot.NewDBusSystemd()
 				defer sd.Close()
 				agent.Systemd = sd
 			}
