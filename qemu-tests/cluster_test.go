@@ -395,31 +395,51 @@ var (
 // the bind mount) has none there.
 func checkJournalKept(t *testing.T, kube kubernetes.Interface, node string, want int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	var files []string
+	// The listing goes apiserver -> kubelet proxy; right after a
+	// whole-cluster cut either end may still be too busy to answer, so
+	// a failed listing is tried again, within a bound.
+	eventually(t, fmt.Sprintf("%s's /var/log/journal to list %d system journal file(s)", node, want), 3*time.Minute, func() error {
+		var err error
+		files, err = listJournalFiles(kube, node)
+		if err != nil {
+			return err
+		}
+		if len(files) < want {
+			return fmt.Errorf("%s keeps %d system journal file(s) on its state partition, want at least %d (one per boot): %v", node, len(files), want, files)
+		}
+		return nil
+	})
+	t.Logf("%s keeps %d system journal files on its state partition", node, len(files))
+}
+
+// listJournalFiles lists the system journal files under node's
+// /var/log/journal/<machine id>/, through the kubelet's /logs/.
+func listJournalFiles(kube kubernetes.Interface, node string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	list := func(dir string) (string, error) {
 		b, err := kube.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/logs/journal", dir).DoRaw(ctx)
-		return string(b), err
+		if err != nil {
+			return "", fmt.Errorf("listing %s's /var/log/journal%s: %w", node, dir, err)
+		}
+		return string(b), nil
 	}
 	top, err := list("/")
 	if err != nil {
-		t.Fatalf("listing %s's /var/log/journal: %v", node, err)
+		return nil, err
 	}
 	var files []string
 	for _, m := range journalDirLink.FindAllStringSubmatch(top, -1) {
-		dir, err := list(m[1] + "/")
+		dir, err := list("/" + m[1] + "/")
 		if err != nil {
-			t.Fatalf("listing %s's /var/log/journal/%s: %v", node, m[1], err)
+			return nil, err
 		}
 		for _, f := range journalFileLink.FindAllStringSubmatch(dir, -1) {
 			files = append(files, m[1]+"/"+f[1])
 		}
 	}
-	if len(files) < want {
-		t.Errorf("%s keeps %d system journal file(s) on its state partition, want at least %d (one per boot): %v", node, len(files), want, files)
-		return
-	}
-	t.Logf("%s keeps %d system journal files on its state partition", node, len(files))
+	return files, nil
 }
 
 // namedCheck is one check of a running cluster.
