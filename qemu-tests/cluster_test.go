@@ -396,9 +396,10 @@ var (
 func checkJournalKept(t *testing.T, kube kubernetes.Interface, node string, want int) {
 	t.Helper()
 	var files []string
-	// The listing goes apiserver -> kubelet proxy; right after a
-	// whole-cluster cut either end may still be too busy to answer, so
-	// a failed listing is tried again, within a bound.
+	// The listing goes through the apiserver's node proxy to the
+	// kubelet (which asks the apiserver to authorize it); right after a
+	// whole-cluster cut one request can outlive the client's 20 s bound,
+	// so a failed listing is tried again, within a bound.
 	eventually(t, fmt.Sprintf("%s's /var/log/journal to list %d system journal file(s)", node, want), 3*time.Minute, func() error {
 		var err error
 		files, err = listJournalFiles(kube, node)
