@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/discovery"
@@ -420,7 +425,10 @@ func listJournalFiles(kube kubernetes.Interface, node string) ([]string, error) 
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	list := func(dir string) (string, error) {
-		b, err := kube.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/logs/journal", dir).DoRaw(ctx)
+		// One segment with its trailing slash: AbsPath keeps the slash
+		// only then, and the kubelet's file server answers a directory
+		// without it with a redirect, a second trip through the proxy.
+		b, err := kube.CoreV1().RESTClient().Get().AbsPath(path.Join("/api/v1/nodes", node, "proxy/logs/journal", dir) + "/").DoRaw(ctx)
 		if err != nil {
 			return "", fmt.Errorf("listing %s's /var/log/journal%s: %w", node, dir, err)
 		}
@@ -737,5 +745,62 @@ func TestWaitOrderPutsAwaitedMachinesFirst(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("waitOrder(%v) = %v, want %v", tc.tp.Names(), got, tc.want)
 		}
+	}
+}
+
+// listJournalFiles reads a kubelet's /logs/ listing (an http.FileServer,
+// as the kubelet's) through the node proxy path, each directory in one
+// request: no redirect for a missing trailing slash.
+func TestListJournalFilesReadsTheKubeletsListing(t *testing.T) {
+	logs := t.TempDir()
+	for _, f := range []string{
+		"journal/0955f4a210cc4166b7f989e675822773/system.journal",
+		"journal/0955f4a210cc4166b7f989e675822773/user-1000.journal",
+		"journal/7c1d6fb1f0a94e0c9d5b2c3a4e5f6a7b/system@0006a1b2-c3d4.journal~",
+		"journal/7c1d6fb1f0a94e0c9d5b2c3a4e5f6a7b/system.journal",
+		"messages",
+	} {
+		p := filepath.Join(logs, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var statuses []int
+	files := http.StripPrefix("/api/v1/nodes/m1/proxy/logs/", http.FileServer(http.Dir(logs)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		files.ServeHTTP(rec, r)
+		mu.Lock()
+		statuses = append(statuses, rec.Code)
+		mu.Unlock()
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	}))
+	defer srv.Close()
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := listJournalFiles(kube, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"0955f4a210cc4166b7f989e675822773/system.journal",
+		"7c1d6fb1f0a94e0c9d5b2c3a4e5f6a7b/system.journal",
+		"7c1d6fb1f0a94e0c9d5b2c3a4e5f6a7b/system@0006a1b2-c3d4.journal~",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("journal files %v, want %v", got, want)
+	}
+	if want := []int{200, 200, 200}; !slices.Equal(statuses, want) {
+		t.Errorf("the kubelet's answers %v, want %v (one request a directory)", statuses, want)
 	}
 }
