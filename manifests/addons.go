@@ -149,6 +149,7 @@ func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) 
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						SecurityContext: &corev1.SecurityContext{Privileged: &privileged},
+						Resources:       requests(name, ""),
 					}},
 				},
 			},
@@ -275,6 +276,7 @@ func clusterDNS(p Params) []runtime.Object {
 						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						Resources:    requests("coredns", ""),
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 							Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 5},
 						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
