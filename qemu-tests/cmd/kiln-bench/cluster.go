@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/nodefile"
@@ -104,6 +108,9 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
 		return err
 	}
+	if c.masters, err = masterClients(admin, seg.DialContext); err != nil {
+		return err
+	}
 	if err := c.timeJoins(ctx); err != nil {
 		return err
 	}
@@ -129,9 +136,12 @@ type clusterRun struct {
 	pkiDir string
 	nodes  []*clusterNode
 	cfgs   map[string][]byte
-	kube   kubernetes.Interface
-	floor  time.Duration
-	r      *report
+	kube   kubernetes.Interface // through the admin kubeconfig's current context (m1)
+	// masters has a client per master (each context of the admin
+	// kubeconfig), for what any apiserver can answer.
+	masters []masterClient
+	floor   time.Duration
+	r       *report
 }
 
 // timeJoins powers on m1 and m2 together, then w1 once m2 has joined
@@ -161,7 +171,7 @@ func (c *clusterRun) timeJoins(ctx context.Context) error {
 	if err := c.start(w1); err != nil {
 		return err
 	}
-	got, err := settle(ctx, c.kube, []*clusterNode{w1}, "joined", time.Time{})
+	got, err := settle(ctx, c.masters, []*clusterNode{w1}, "joined", time.Time{})
 	if err != nil {
 		return fmt.Errorf("joining w1: %w", err)
 	}
@@ -219,7 +229,7 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 		n.on = poweredOn(n.VM)
 	}
 	restart := nodes[0].on
-	got, err := settle(ctx, c.kube, nodes, "restored", since)
+	got, err := settle(ctx, c.masters, nodes, "restored", since)
 	if err != nil {
 		return fmt.Errorf("after the power cut: %w", err)
 	}
@@ -281,7 +291,7 @@ type settledAt struct {
 // settle waits, side by side, for each of waiting's done lines (ended
 // how) and for the three Nodes Ready with a heartbeat at since or later.
 // The first failure stops the other waits and is returned.
-func settle(ctx context.Context, kube kubernetes.Interface, waiting []*clusterNode, how string, since time.Time) (settledAt, error) {
+func settle(ctx context.Context, masters []masterClient, waiting []*clusterNode, how string, since time.Time) (settledAt, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := settledAt{done: map[string]time.Time{}}
@@ -310,7 +320,7 @@ func settle(ctx context.Context, kube kubernetes.Interface, waiting []*clusterNo
 		})
 	}
 	wg.Go(func() {
-		err := allReady(ctx, kube, since)
+		err := allReady(ctx, masters, since)
 		record("", time.Now(), err)
 	})
 	wg.Wait()
@@ -318,27 +328,73 @@ func settle(ctx context.Context, kube kubernetes.Interface, waiting []*clusterNo
 }
 
 // allReady polls, through the namespace, until m1, m2 and w1 are Ready
-// with a kubelet heartbeat at since or later.
-func allReady(ctx context.Context, kube kubernetes.Interface, since time.Time) error {
+// with a kubelet heartbeat at since or later, as any master's apiserver
+// reports them. After a power cut the masters start their apiservers in
+// turn, so asking m1's alone timed m1's turn, not the Nodes.
+func allReady(ctx context.Context, masters []masterClient, since time.Time) error {
 	what := "Nodes m1, m2, w1 Ready"
 	if !since.IsZero() {
 		what += " with a heartbeat since " + since.Format(time.TimeOnly)
 	}
 	clusterLog("waiting up to %s for %s", clusterBoot, what)
 	err := clustercheck.Wait(ctx, what, clusterBoot, clusterLog, func(ctx context.Context) error {
-		for _, name := range []string{"m1", "m2", "w1"} {
-			if err := clustercheck.NodeReady(ctx, kube, name, since); err != nil {
-				return err
+		var doubt error
+		for _, m := range masters {
+			err := threeReady(ctx, m.kube, since)
+			if err == nil {
+				return nil
 			}
+			doubt = cmp.Or(doubt, fmt.Errorf("%s: %w", m.context, err))
 		}
-		return nil
+		return doubt
 	})
 	if err != nil && ctx.Err() == nil {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		clusterLog("the cluster when the wait failed:\n%s", clustercheck.Describe(dctx, kube))
+		for _, m := range masters {
+			clusterLog("the cluster when the wait failed, through %s:\n%s", m.context, clustercheck.Describe(dctx, m.kube))
+		}
 	}
 	return err
+}
+
+// threeReady is nil once m1, m2 and w1 are Ready with a heartbeat at
+// since or later, as kube reports them.
+func threeReady(ctx context.Context, kube kubernetes.Interface, since time.Time) error {
+	for _, name := range []string{"m1", "m2", "w1"} {
+		if err := clustercheck.NodeReady(ctx, kube, name, since); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// masterClient is a client through one context of the admin kubeconfig:
+// one master's apiserver.
+type masterClient struct {
+	context string
+	kube    kubernetes.Interface
+}
+
+// masterClients has a client for each context of the admin kubeconfig,
+// in the order of their names, each dialling through dial.
+func masterClients(admin []byte, dial func(ctx context.Context, network, addr string) (net.Conn, error)) ([]masterClient, error) {
+	kc, err := clientcmd.Load(admin)
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	var out []masterClient
+	for _, name := range slices.Sorted(maps.Keys(kc.Contexts)) {
+		kube, _, err := cluster.NetnsClient(admin, name, dial)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, masterClient{context: name, kube: kube})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("admin kubeconfig: no context")
+	}
+	return out, nil
 }
 
 // waitRoleDone waits for n's role to end on its console, fails unless it
