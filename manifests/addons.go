@@ -191,14 +191,16 @@ func apiServerURL(p Params) string {
 	return fmt.Sprintf("https://%s:%d", p.Node.Cluster.DiscoveryName, p.Node.Cluster.APIServerPort)
 }
 
-// kubeProxyKubeconfig points kube-proxy at the discovery name with its
-// service account token: the service VIP does not work before kube-proxy does.
-func kubeProxyKubeconfig(p Params) string {
+// serviceAccountKubeconfig points a pod at the discovery name with its
+// service account token. kube-proxy needs it because the service VIP
+// does not work before kube-proxy does; cluster DNS so that it does not
+// wait for kube-proxy.
+func serviceAccountKubeconfig(p Params, user string) string {
 	cfg := clientcmdapi.Config{
 		APIVersion: "v1", Kind: "Config",
 		Clusters:       []clientcmdapi.NamedCluster{{Name: "kiln", Cluster: clientcmdapi.Cluster{Server: apiServerURL(p), CertificateAuthority: saDir + "/ca.crt"}}},
-		AuthInfos:      []clientcmdapi.NamedAuthInfo{{Name: "kube-proxy", AuthInfo: clientcmdapi.AuthInfo{TokenFile: saDir + "/token"}}},
-		Contexts:       []clientcmdapi.NamedContext{{Name: "kiln", Context: clientcmdapi.Context{Cluster: "kiln", AuthInfo: "kube-proxy"}}},
+		AuthInfos:      []clientcmdapi.NamedAuthInfo{{Name: user, AuthInfo: clientcmdapi.AuthInfo{TokenFile: saDir + "/token"}}},
+		Contexts:       []clientcmdapi.NamedContext{{Name: "kiln", Context: clientcmdapi.Context{Cluster: "kiln", AuthInfo: user}}},
 		CurrentContext: "kiln",
 	}
 	data, _ := yaml.Marshal(cfg)
@@ -207,7 +209,7 @@ func kubeProxyKubeconfig(p Params) string {
 
 func kubeProxy(p Params) []runtime.Object {
 	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("kube-proxy"),
-		Data: map[string]string{"kubeconfig.conf": kubeProxyKubeconfig(p)}}
+		Data: map[string]string{"kubeconfig.conf": serviceAccountKubeconfig(p, "kube-proxy")}}
 	ds := daemonSet(p, "kube-proxy", "kube-proxy", p.Images.Proxy, []string{
 		"/usr/local/bin/kube-proxy", "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
 		"--cluster-cidr=" + p.Node.Cluster.PodCIDR, "--hostname-override=$(NODE_NAME)", "--proxy-mode=iptables",
@@ -225,7 +227,19 @@ func kubeProxy(p Params) []runtime.Object {
 	}
 }
 
-// ClusterCorefile is the cluster DNS configuration.
+// Cluster DNS reads its Corefile and its kubeconfig from its ConfigMap,
+// mounted at clusterDNSConfigDir.
+const (
+	clusterDNSConfigDir  = "/etc/coredns"
+	clusterDNSKubeconfig = "kubeconfig.conf"
+)
+
+// ClusterCorefile is the cluster DNS configuration. Its kubernetes
+// plugin reaches the apiservers through the discovery name, as kube-proxy
+// does, not through the kubernetes Service: that VIP works only once
+// kube-proxy has written its rules, and on a one-vCPU master kube-proxy
+// started about a minute after cluster DNS, which waited for it ("waiting
+// for Kubernetes API before starting server").
 func ClusterCorefile(p Params) string {
 	c := p.Node.Cluster
 	fwd := "" // air-gapped: a site with no resolvers answers cluster names only
@@ -237,13 +251,14 @@ func ClusterCorefile(p Params) string {
     health
     ready
     kubernetes %s in-addr.arpa ip6.arpa {
+        kubeconfig %s kiln
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
     }
 %s    cache 30
     reload
 }
-`, c.Domain, fwd)
+`, c.Domain, clusterDNSConfigDir+"/"+clusterDNSKubeconfig, fwd)
 }
 
 // ClusterDNSService is the cluster DNS Service in kube-system, and
@@ -256,8 +271,12 @@ const (
 func clusterDNS(p Params) []runtime.Object {
 	labels := map[string]string{"k8s-app": ClusterDNSService}
 	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("coredns"),
-		Data: map[string]string{"Corefile": ClusterCorefile(p)}}
+		Data: map[string]string{"Corefile": ClusterCorefile(p), clusterDNSKubeconfig: serviceAccountKubeconfig(p, "coredns")}}
 	one := int32(1)
+	// Cluster DNS resolves the discovery name (its kubeconfig's server)
+	// through the node-local CoreDNS; the names it forwards go to the
+	// site's resolvers named in its Corefile, not through this resolver.
+	policy, dnsConfig := nodeLocalDNS(p)
 	dep := &appsv1.Deployment{
 		TypeMeta: typeMeta("apps/v1", "Deployment"), ObjectMeta: meta("coredns"),
 		Spec: appsv1.DeploymentSpec{
@@ -266,16 +285,16 @@ func clusterDNS(p Params) []runtime.Object {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					ServiceAccountName: "coredns", DNSPolicy: corev1.DNSDefault,
+					ServiceAccountName: "coredns", DNSPolicy: policy, DNSConfig: dnsConfig,
 					PriorityClassName: "system-cluster-critical",
 					Tolerations: []corev1.Toleration{{Key: MasterLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 						{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name: "coredns", Image: p.Images.CoreDNS, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"/coredns", "-conf", "/etc/coredns/Corefile"},
+						Command: []string{"/coredns", "-conf", clusterDNSConfigDir + "/Corefile"},
 						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: clusterDNSConfigDir, ReadOnly: true}},
 						Resources:    requests("coredns", ""),
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 							Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 5},

@@ -132,9 +132,10 @@ func TestGoldenAddOns(t *testing.T) {
 	}
 }
 
-// Host-network infrastructure pods resolve through the node-local
-// CoreDNS (they need the discovery name); cluster DNS does not.
-func TestOnlyInfrastructurePodsGetTheNodeLocalResolver(t *testing.T) {
+// Every add-on resolves through the node-local CoreDNS: each reaches the
+// apiservers through the discovery name, cluster DNS included (its
+// forwarded names go to the site's resolvers, named in its Corefile).
+func TestAddOnsGetTheNodeLocalResolver(t *testing.T) {
 	for _, o := range AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)) {
 		var spec *corev1.PodSpec
 		switch o := o.(type) {
@@ -145,9 +146,9 @@ func TestOnlyInfrastructurePodsGetTheNodeLocalResolver(t *testing.T) {
 		default:
 			continue
 		}
-		local := spec.DNSConfig != nil && slices.Contains(spec.DNSConfig.Nameservers, "169.254.20.10")
-		if local != spec.HostNetwork {
-			t.Errorf("%s: hostNetwork=%v but node-local resolver=%v", spec.Containers[0].Name, spec.HostNetwork, local)
+		local := spec.DNSPolicy == corev1.DNSNone && spec.DNSConfig != nil && slices.Equal(spec.DNSConfig.Nameservers, []string{"169.254.20.10"})
+		if !local {
+			t.Errorf("%s: dnsPolicy %s, %+v: not the node-local resolver alone", spec.Containers[0].Name, spec.DNSPolicy, spec.DNSConfig)
 		}
 	}
 }
