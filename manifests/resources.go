@@ -16,21 +16,24 @@ import (
 // conversion of shares to weights): cluster DNS, kube-proxy, kiln-net
 // and the anchors then ran only when the control plane left the CPU
 // idle, and on one-vCPU masters that was minutes after the node was
-// Ready. etcd asks for twice what the other components ask: every
-// write and every quorum read of every master waits for it.
+// Ready. So every pod asks, and the control plane asks most: etcd,
+// which every write and quorum read of every master waits for, and the
+// apiserver, whose start (its post-start hooks) the add-ons' own starts
+// compete with after a power cut (250m, 200m and 100m are what kubeadm
+// gives the apiserver, the controller-manager and the scheduler).
 //
-// The sum on a master (860m with cluster DNS on it) stays under one
+// The sum on a master (960m with cluster DNS on it) stays under one
 // CPU, so a one-vCPU node admits every pod; pods of workloads without
 // requests are not refused by it.
 var cpuRequests = map[string]string{
 	"etcd":                                "200m",
-	"kube-apiserver":                      "100m",
-	"kube-controller-manager":             "100m",
+	"kube-apiserver":                      "250m",
+	"kube-controller-manager":             "150m",
 	"kube-scheduler":                      "100m",
-	"kiln-node-dns":                       "100m",
+	"kiln-node-dns":                       "50m",
 	"coredns":                             "100m", // cluster DNS, as CoreDNS's own deployment asks
-	"kiln-net":                            "50m",
-	"kube-proxy":                          "50m",
+	"kiln-net":                            "30m",
+	"kube-proxy":                          "30m",
 	"kiln-anchor-etcd":                    "10m",
 	"kiln-anchor-kube-apiserver":          "10m",
 	"kiln-anchor-kube-controller-manager": "10m",

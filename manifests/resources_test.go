@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // Every pod kiln runs on a master asks for CPU (none is BestEffort, whose
-// class weighs 1 under contention), etcd asks for more than the
-// apiserver, and together they fit a one-vCPU master.
+// class weighs 1 under contention), etcd and the apiserver ask for more
+// than any add-on, and together they fit a one-vCPU master.
 func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 	p := GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)
 	files, err := Files(p)
@@ -53,8 +54,15 @@ func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 			total.Add(q)
 		}
 	}
-	if e, a := cpu["etcd"], cpu["kube-apiserver"]; e.Cmp(a) <= 0 {
-		t.Errorf("etcd asks for %s, the apiserver %s: etcd should weigh more", e.String(), a.String())
+	for name, q := range cpu {
+		if slices.Contains([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, name) {
+			continue
+		}
+		for _, cp := range []string{"etcd", "kube-apiserver"} {
+			if c := cpu[cp]; c.Cmp(q) <= 0 {
+				t.Errorf("%s asks for %s, %s for %s: the control plane should weigh more", cp, c.String(), name, q.String())
+			}
+		}
 	}
 	if total.Cmp(resource.MustParse("1")) > 0 {
 		t.Errorf("a master's pods ask for %s CPU together, more than a one-vCPU node has", total.String())
