@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func TestRatioRow(t *testing.T) {
@@ -42,5 +45,36 @@ func TestClusterNodes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// The bench asks every master the admin kubeconfig reaches, not only its
+// current context's: after a power cut the first master's apiserver may
+// start last.
+func TestMasterClientsHasOnePerContext(t *testing.T) {
+	kc := clientcmdapi.NewConfig()
+	for _, m := range []struct{ name, addr string }{{"m2", "10.77.0.12"}, {"m1", "10.77.0.11"}} {
+		kc.Clusters[m.name] = &clientcmdapi.Cluster{Server: "https://" + m.addr + ":6443", TLSServerName: "kube-apiserver.kiln.internal"}
+		kc.Contexts["admin@lab-"+m.name] = &clientcmdapi.Context{Cluster: m.name, AuthInfo: "admin"}
+	}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: "t"}
+	kc.CurrentContext = "admin@lab-m1"
+	admin, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := masterClients(admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range got {
+		names = append(names, m.context)
+	}
+	if want := []string{"admin@lab-m1", "admin@lab-m2"}; !slices.Equal(names, want) {
+		t.Errorf("clients for %v, want %v", names, want)
+	}
+	if _, err := masterClients([]byte("kind: Config\napiVersion: v1\n"), nil); err == nil {
+		t.Error("a kubeconfig without contexts gave clients")
 	}
 }
