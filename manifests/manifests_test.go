@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kiln-project/kiln/internal/golden"
@@ -136,21 +137,31 @@ func TestGoldenAddOns(t *testing.T) {
 // apiservers through the discovery name, cluster DNS included (its
 // forwarded names go to the site's resolvers, named in its Corefile).
 func TestAddOnsGetTheNodeLocalResolver(t *testing.T) {
-	for _, o := range AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)) {
-		var spec *corev1.PodSpec
-		switch o := o.(type) {
-		case *appsv1.DaemonSet:
-			spec = &o.Spec.Template.Spec
-		case *appsv1.Deployment:
-			spec = &o.Spec.Template.Spec
-		default:
-			continue
-		}
+	specs := podSpecs(AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)))
+	if len(specs) == 0 {
+		t.Fatal("no add-on pods")
+	}
+	for name, spec := range specs {
 		local := spec.DNSPolicy == corev1.DNSNone && spec.DNSConfig != nil && slices.Equal(spec.DNSConfig.Nameservers, []string{"169.254.20.10"})
 		if !local {
-			t.Errorf("%s: dnsPolicy %s, %+v: not the node-local resolver alone", spec.Containers[0].Name, spec.DNSPolicy, spec.DNSConfig)
+			t.Errorf("%s: dnsPolicy %s, %+v: not the node-local resolver alone", name, spec.DNSPolicy, spec.DNSConfig)
 		}
 	}
+}
+
+// podSpecs are the pod templates of the DaemonSets and Deployments among
+// objs, by workload name.
+func podSpecs(objs []runtime.Object) map[string]corev1.PodSpec {
+	specs := map[string]corev1.PodSpec{}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			specs[o.Name] = o.Spec.Template.Spec
+		case *appsv1.Deployment:
+			specs[o.Name] = o.Spec.Template.Spec
+		}
+	}
+	return specs
 }
 
 // Every image any manifest uses is one of the images the builder bakes.

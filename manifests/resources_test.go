@@ -5,10 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 )
 
 // Every pod kiln runs on a master asks for CPU (none is BestEffort, whose
@@ -16,26 +14,12 @@ import (
 // than any add-on, and together they fit a one-vCPU master.
 func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 	p := GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)
-	files, err := Files(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs := map[string]corev1.PodSpec{}
-	for _, f := range files {
-		if _, ok := strings.CutPrefix(f.Path, StaticPodDir+"/"); ok {
-			var pod corev1.Pod
-			if err := yaml.UnmarshalStrict(f.Content, &pod); err != nil {
-				t.Fatalf("%s: %v", f.Path, err)
-			}
+	files := renderedFiles(t) // the same genesis node's files
+	specs := podSpecs(append(AddOns(p), Anchors(p)...))
+	for path := range files {
+		if name, ok := strings.CutPrefix(path, StaticPodDir+"/"); ok {
+			pod := renderedPod(t, files, strings.TrimSuffix(name, ".yaml"))
 			specs[pod.Name] = pod.Spec
-		}
-	}
-	for _, obj := range append(AddOns(p), Anchors(p)...) {
-		switch o := obj.(type) {
-		case *appsv1.DaemonSet:
-			specs[o.Name] = o.Spec.Template.Spec
-		case *appsv1.Deployment:
-			specs[o.Name] = o.Spec.Template.Spec
 		}
 	}
 	if len(specs) < 10 {
