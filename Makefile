@@ -60,12 +60,15 @@ integration: image
 # three-VM cluster by default, CLUSTER_TESTS=TestTwoNodeClusterSurvivesPowerCut
 # for one master and a worker, TestGenesisBootsAndSurvivesPowerCut for
 # genesis alone, TestThreeMastersSurvivePowerCut for three masters.
+# A failed QEMU run ends with each failed test's failure message (a
+# scenario's cleanup reports and the tests after it bury it in the log).
+RECAP = rc=$${PIPESTATUS[0]}; [ $$rc = 0 ] || $(GO) run ./qemu-tests/cmd/failure-recap
 qemu-test: image
-	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 4 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 4 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; $(RECAP) $(OUT)/qemu-test.log; exit $$rc
 
 CLUSTER_TESTS ?= TestClusterJoinsAndSurvivesPowerCut
 cluster-test: image
-	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '^($(CLUSTER_TESTS))$$' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; exit $${PIPESTATUS[0]}
+	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '^($(CLUSTER_TESTS))$$' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; $(RECAP) $(OUT)/cluster-test.log; exit $$rc
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/

@@ -75,6 +75,7 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 // every VM at once, boots them all again with no config, checks it again,
 // and at the end removes the running worker w1.
 func clusterScenario(t *testing.T, tp cluster.Topology) {
+	defer bodyEnded(t)
 	r := newClusterRun(t, tp)
 	// m1's kubelet starts with a client certificate past its renew
 	// deadline: it must renew it through the cluster (issue 13 §5).
@@ -204,6 +205,7 @@ func TestThreeMastersSurvivePowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
 		t.Skip("runs with KILN_CLUSTER=1 (make cluster-test CLUSTER_TESTS=TestThreeMastersSurvivePowerCut); too long for make test's budget")
 	}
+	defer bodyEnded(t)
 	tp := cluster.ThreeMastersAndWorker().Without("w1")
 	r := newClusterRun(t, tp)
 	kube, err := failoverClient(r, tp) // m1's apiserver may not be the first back
@@ -247,6 +249,7 @@ func TestMasterRemovedThroughTheAPI(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
 		t.Skip("runs with KILN_CLUSTER=1 (make cluster-test CLUSTER_TESTS=TestMasterRemovedThroughTheAPI); make soak's lifecycle steps do the same on the three-VM cluster")
 	}
+	defer bodyEnded(t)
 	tp := cluster.TwoMasters()
 	r := newClusterRun(t, tp)
 	r.bootAll(t)

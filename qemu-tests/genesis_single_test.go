@@ -32,6 +32,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
 		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's three-VM cluster scenario holds its checks")
 	}
+	defer bodyEnded(t)
 	out := outDir(t)
 	dir := logDir(t, out)
 	image, err := cluster.KilnImage(out)

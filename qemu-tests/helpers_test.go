@@ -82,6 +82,16 @@ func startVM(t *testing.T, cfg vm.Config) *vm.VM {
 	return v
 }
 
+// bodyEnded, deferred at the top of a scenario with cleanup reports,
+// marks where a failed body ended: make's failure recap
+// (qemu-tests/cmd/failure-recap, the same text) prints the lines before
+// it, the failure message, not the reports after it.
+func bodyEnded(t *testing.T) {
+	if t.Failed() {
+		t.Log("kiln-test: the test body ended failed; its cleanup reports follow")
+	}
+}
+
 // waitLine fails the test unless the console shows a line matching re.
 func waitLine(t *testing.T, v *vm.VM, re string) string {
 	t.Helper()

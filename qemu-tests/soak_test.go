@@ -48,6 +48,7 @@ func TestThreeMastersSoak(t *testing.T) {
 	if os.Getenv("KILN_SOAK") != "1" {
 		t.Skip("make soak's three-master lifecycle runs with KILN_SOAK=1 (make soak)")
 	}
+	defer bodyEnded(t)
 	ctx := context.Background()
 	tp := cluster.ThreeMastersAndWorker()
 	r := newClusterRun(t, tp)

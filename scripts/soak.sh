@@ -24,6 +24,10 @@ nice -n 19 sh -c 'while :; do :; done' &
 hog=$!
 trap 'kill $hog 2>/dev/null || true' EXIT
 echo "soak: CPU hog (nice 19) pid $hog; $TESTS with $CUTS whole-cluster power cut(s) in a row"
+set +e # the test's status is read from PIPESTATUS below
 KILN_QEMU=1 KILN_CLUSTER=1 KILN_SOAK=1 KILN_LIFECYCLE=1 KILN_OUT="$(cd "$OUT" && pwd)" KILN_BIN="$(pwd)/bin/kiln" KILN_POWER_CUTS="$CUTS" \
 	go test -count=1 -timeout 330m -parallel 4 -v -run "^($TESTS)\$" ./qemu-tests/ 2>&1 | tee "$OUT/soak.log"
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+set -e
+[[ $rc == 0 ]] || go run ./qemu-tests/cmd/failure-recap "$OUT/soak.log"
+exit "$rc"
