@@ -187,8 +187,14 @@ func (s *syncer) sync(ctx context.Context) error {
 		notes = append(notes, err.Error())
 	}
 
+	// From the apiserver's watch cache (resourceVersion 0), not a quorum
+	// read of etcd: every node's kiln-net lists on every Node event, and
+	// after a whole-cluster power cut those consistent reads queued
+	// behind the control plane's own start on one-vCPU masters. A list
+	// a moment old is corrected by the pass the next event or Interval
+	// brings.
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	nodes, err := s.Kube.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+	nodes, err := s.Kube.CoreV1().Nodes().List(lctx, metav1.ListOptions{ResourceVersion: "0"})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 var cluster = netip.MustParsePrefix("10.244.0.0/16")
@@ -292,6 +293,18 @@ func TestSyncKeepsRoutesRulesAndConflist(t *testing.T) {
 	}
 	if len(fw.calls) != 3 || fw.calls[0] != cluster {
 		t.Errorf("firewall calls %v: want one per pass for %s", fw.calls, cluster)
+	}
+	lists := 0
+	for _, a := range kube.Actions() {
+		if l, ok := a.(k8stesting.ListActionImpl); ok {
+			lists++
+			if l.ListOptions.ResourceVersion != "0" {
+				t.Errorf("a pass listed the Nodes with resourceVersion %q, want 0 (the watch cache, not a quorum read)", l.ListOptions.ResourceVersion)
+			}
+		}
+	}
+	if lists != 3 {
+		t.Errorf("%d Node lists, want one per pass (3)", lists)
 	}
 }
 
