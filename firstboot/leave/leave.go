@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -54,11 +56,11 @@ type Watcher struct {
 	Console  func(format string, args ...any)
 	Interval time.Duration // between two reads of the Node
 	Now      func() time.Time
-	// Fallbacks answer on the Node when Kube cannot once the pods are
-	// stopped: Kube goes through the discovery name, which the node-local
-	// CoreDNS (a static pod, stopped with the rest) resolved, and a
-	// master's own apiserver stops with its pods. One client per other
-	// master, at its address.
+	// Fallbacks read the Node when Kube cannot (readNode), and answer on
+	// it once the pods are stopped: Kube goes through the discovery name,
+	// which the node-local CoreDNS (a static pod, stopped with the rest)
+	// resolved, and a master's own apiserver stops with its pods. One
+	// client per other master, at its address.
 	Fallbacks []kubernetes.Interface
 	// Master is set on a master: what it needs to leave the control
 	// plane when it is removed through the API.
@@ -75,9 +77,10 @@ func Removed(root string) (string, bool) {
 	return string(data), true
 }
 
-// Run reads the Node every Interval until it is marked removed, then
-// leaves and returns. Errors reading the Node (the apiservers down, the
-// Node not yet or no longer there) are not a removal: it keeps reading.
+// Run reads the Node every Interval (readNode) until it is marked
+// removed, then leaves and returns. Errors reading the Node (the
+// apiservers down, the Node not yet or no longer there) are not a
+// removal: it keeps reading.
 //
 // A master (Master set) also leaves when two reads in a row, an Interval
 // apart, find its Node deleted or without the master label, once this
@@ -86,7 +89,7 @@ func Removed(root string) (string, bool) {
 func (w *Watcher) Run(ctx context.Context) error {
 	seen, lastRefusal := 0, ""
 	for {
-		node, err := w.Kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		node, err := w.readNode(ctx)
 		if err == nil {
 			if at, ok := node.Annotations[nodefile.RemovedAnnotation]; ok {
 				return w.Leave(ctx, at)
@@ -110,6 +113,27 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-time.After(w.Interval):
 		}
 	}
+}
+
+// readNode reads the node's own Node through the discovery name, and
+// when that fails through each other master's address, in turn. On a
+// master kiln node remove takes the etcd member out before it marks the
+// Node, and the master's own apiserver goes on answering, with errors:
+// the discovery name may lead there (the node-local zone lists this
+// master until the discovery anchor reads the Endpoints again, through
+// the same apiserver), and the mark would never be read. A Node that is
+// not found is an answer, not a failure.
+func (w *Watcher) readNode(ctx context.Context) (*corev1.Node, error) {
+	node, err := w.Kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		return node, err
+	}
+	for _, kube := range w.Fallbacks {
+		if n, ferr := kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{}); ferr == nil || apierrors.IsNotFound(ferr) {
+			return n, ferr
+		}
+	}
+	return node, err
 }
 
 // Leave records the removal, stops the kubelet and the pods, and

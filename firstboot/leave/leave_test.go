@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -73,6 +74,44 @@ func TestWatcher(t *testing.T) {
 			}
 			if len(console) != 2 || !strings.Contains(console[0], "stays out until it is re-imaged") || console[1] != "left the cluster" {
 				t.Errorf("console %q", console)
+			}
+		})
+	}
+}
+
+// A master whose etcd member kiln node remove took out still has an
+// apiserver that answers, with errors, and the discovery name may lead
+// to it: the mark is read through the other masters' addresses.
+func TestMarkIsReadThroughAnotherMaster(t *testing.T) {
+	failing := func(err error) *fake.Clientset {
+		cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"}})
+		cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err })
+		return cs
+	}
+	marked := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2", Annotations: map[string]string{nodefile.RemovedAnnotation: "2026-11-27T20:56:42Z"}}}
+	for _, tc := range []struct {
+		name      string
+		fallbacks []kubernetes.Interface
+		wantLeave bool
+	}{
+		{name: "the second other master has the mark", wantLeave: true,
+			fallbacks: []kubernetes.Interface{failing(errors.New("dial tcp 10.77.0.13:6443: connect: no route to host")), fake.NewClientset(marked)}},
+		{name: "no other master answers",
+			fallbacks: []kubernetes.Interface{failing(errors.New("dial tcp 10.77.0.11:6443: i/o timeout"))}},
+		{name: "another master answers the Node is not marked",
+			fallbacks: []kubernetes.Interface{fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"}})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, sys := t.TempDir(), &recorder{}
+			own := failing(apierrors.NewInternalError(errors.New("etcdserver: the member has been permanently removed from the cluster")))
+			w := &Watcher{Kube: own, Fallbacks: tc.fallbacks, Node: "m2", Root: root, Sys: sys, Interval: 10 * time.Millisecond,
+				Console: func(string, ...any) {}}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			err := w.Run(ctx)
+			_, removed := Removed(root)
+			if tc.wantLeave != removed || (err == nil) != tc.wantLeave {
+				t.Fatalf("left %v (err %v, commands %v), want %v", removed, err, sys.cmds, tc.wantLeave)
 			}
 		})
 	}
