@@ -15,6 +15,7 @@
 package leave
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,7 +46,17 @@ type Runner interface {
 // StopUnits are what leaving stops: the kubelet first, so that nothing
 // restarts a pod, then the slice every pod's containers run in (the
 // kubelet's systemd cgroup driver), static control-plane pods included.
-var StopUnits = []string{"kubelet.service", "kubepods.slice"}
+var StopUnits = []string{"kubelet.service", podsSlice}
+
+const podsSlice = "kubepods.slice"
+
+// DefaultStopGrace bounds the wait for the pods to stop on systemd's
+// SIGTERM before leaving kills what is left, as the kubelet gives a pod
+// 30 s by default. systemd's own bound is 90 s for each pod's scope, and
+// a removed master's apiserver used all of it, draining requests that
+// waited for its etcd member, which was already gone: kiln node remove
+// gave up waiting for the node's answer first.
+const DefaultStopGrace = 30 * time.Second
 
 // Watcher waits for the node's removal and then leaves.
 type Watcher struct {
@@ -65,6 +76,9 @@ type Watcher struct {
 	// Master is set on a master: what it needs to leave the control
 	// plane when it is removed through the API.
 	Master *Master
+	// StopGrace bounds the pods' stop before the rest are killed
+	// (DefaultStopGrace if 0).
+	StopGrace time.Duration
 }
 
 // Removed reads the stamp a node that left keeps: its text, and whether
@@ -160,9 +174,30 @@ func (w *Watcher) stop(ctx context.Context, stamp, why string) error {
 		return fmt.Errorf("recording the removal: %w", err)
 	}
 	w.Console("%s: stopping the kubelet and every pod; this machine stays out until it is re-imaged with a blank state disk", why)
+	return w.stopUnits(ctx)
+}
+
+// stopUnits stops StopUnits, and kills what is still running in the
+// pods' slice after the grace. The stop jobs go on in systemd when the
+// bounded systemctl is cut off; the second stop waits for them.
+func (w *Watcher) stopUnits(ctx context.Context) error {
 	args := append([]string{"stop"}, StopUnits...)
-	if out, err := w.Sys.Run(ctx, "systemctl", args...); err != nil {
-		return fmt.Errorf("systemctl stop %v: %w: %s", StopUnits, err, out)
+	gctx, cancel := context.WithTimeout(ctx, cmp.Or(w.StopGrace, DefaultStopGrace))
+	_, err := w.Sys.Run(gctx, "systemctl", args...)
+	graceOver := gctx.Err() != nil
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if !graceOver || ctx.Err() != nil {
+		return fmt.Errorf("systemctl stop %v: %w", StopUnits, err)
+	}
+	w.Console("the pods did not stop within %s: killing what is left of %s", cmp.Or(w.StopGrace, DefaultStopGrace), podsSlice)
+	if _, err := w.Sys.Run(ctx, "systemctl", "kill", "--signal=SIGKILL", podsSlice); err != nil {
+		return fmt.Errorf("killing %s: %w", podsSlice, err)
+	}
+	if _, err := w.Sys.Run(ctx, "systemctl", args...); err != nil {
+		return fmt.Errorf("systemctl stop %v after killing %s: %w", StopUnits, podsSlice, err)
 	}
 	return nil
 }

@@ -183,3 +183,43 @@ func TestNewWatcherFallsBackToTheOtherMasters(t *testing.T) {
 		t.Errorf("fallbacks at %v, want %v", hosts, want)
 	}
 }
+
+// stuckStop is a host whose first systemctl stop does not return before
+// its context ends: a pod that ignores SIGTERM.
+type stuckStop struct{ cmds []string }
+
+func (s *stuckStop) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := name + " " + strings.Join(args, " ")
+	s.cmds = append(s.cmds, cmd)
+	if len(s.cmds) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, nil
+}
+
+// Pods that do not stop within the grace are killed, and the stop is
+// waited for again: the node leaves in time for kiln node remove's wait.
+func TestLeaveKillsPodsThatDoNotStop(t *testing.T) {
+	sys := &stuckStop{}
+	var console []string
+	w := &Watcher{Kube: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"}}), Node: "m2", Root: t.TempDir(),
+		Sys: sys, StopGrace: 50 * time.Millisecond, Console: func(f string, a ...any) { console = append(console, fmt.Sprintf(f, a...)) }}
+	start := time.Now()
+	if err := w.Leave(context.Background(), "2026-11-27T21:42:01Z"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"systemctl stop kubelet.service kubepods.slice", "systemctl kill --signal=SIGKILL kubepods.slice", "systemctl stop kubelet.service kubepods.slice"}
+	if !slices.Equal(sys.cmds, want) {
+		t.Errorf("commands %q, want %q", sys.cmds, want)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("leaving took %s with a 50ms grace", took)
+	}
+	if !slices.ContainsFunc(console, func(l string) bool { return strings.Contains(l, "did not stop within 50ms: killing") }) {
+		t.Errorf("console %q does not say the pods were killed", console)
+	}
+	if _, removed := Removed(w.Root); !removed {
+		t.Error("no removal stamp")
+	}
+}
