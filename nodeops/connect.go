@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
@@ -52,6 +53,12 @@ func byPreference(s *site.Site, avoid string) []site.Node {
 // master's context: its address, the discovery name as TLS server
 // name), trying each master of the site in turn, avoid last. It says
 // which master answers and why each one before did not.
+//
+// A master being removed (avoid) is used only when it is the site's one
+// master: its apiserver answers nothing but errors once its etcd member
+// is gone, and the steps after that one need an apiserver. While no
+// other master is ready, they are tried again in rounds, within
+// otherMasterBound (or ctx): a busy master can miss one probe's bound.
 func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, log Logf) (kubernetes.Interface, error) {
 	data, err := nodeconfig.AdminKubeconfigFor(s, st)
 	if err != nil {
@@ -61,29 +68,76 @@ func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, l
 	if err != nil {
 		return nil, fmt.Errorf("the admin kubeconfig: %w", err)
 	}
+	ms := byPreference(s, avoid)
+	if others := slices.DeleteFunc(slices.Clone(ms), func(m site.Node) bool { return m.Name == avoid }); len(others) < len(ms) && len(others) > 0 {
+		return connectOther(ctx, s, kc, others, avoid, log)
+	}
 	var errs []error
-	for _, m := range byPreference(s, avoid) {
-		url := nodeconfig.APIServerURL(s, m)
-		rc, err := clientcmd.NewNonInteractiveClientConfig(*kc, nodeconfig.OperatorContext(s, pki.AdminStem, m), &clientcmd.ConfigOverrides{}, nil).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
-		}
-		rc.Timeout = callBound
-		kube, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
-		}
-		pctx, cancel := context.WithTimeout(ctx, probeBound)
-		err = clustercheck.APIServerReady(pctx, kube)
-		cancel()
+	for _, m := range ms {
+		kube, err := connectMaster(ctx, s, kc, m, log)
 		if err == nil {
-			log("apiserver: using master %s (%s)", m.Name, url)
 			return kube, nil
 		}
-		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, clustercheck.OneLine(err))
-		errs = append(errs, fmt.Errorf("master %s (%s): %w", m.Name, url, err))
+		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("no apiserver of the site %s is ready: %w", s.File, errors.Join(errs...))
+}
+
+// Bounds of waiting for another master than the one being removed, and
+// between two rounds of tries.
+const (
+	otherMasterBound = 2 * time.Minute
+	otherMasterRetry = 5 * time.Second
+)
+
+// connectOther reaches one of others, the masters but the one being
+// removed, trying them in rounds within otherMasterBound.
+func connectOther(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, others []site.Node, avoid string, log Logf) (kubernetes.Interface, error) {
+	ctx, cancel := context.WithTimeout(ctx, otherMasterBound)
+	defer cancel()
+	for round := 1; ; round++ {
+		var errs []error
+		for _, m := range others {
+			kube, err := connectMaster(ctx, s, kc, m, log)
+			if err == nil {
+				return kube, nil
+			}
+			errs = append(errs, err)
+		}
+		if round == 1 {
+			log("apiserver: waiting up to %s for another master than %s (its apiserver stops with its etcd member)", otherMasterBound, avoid)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no other master's apiserver than %s's is ready (within %s): removing master %s needs one, as its own stops with its etcd member: %w",
+				avoid, otherMasterBound, avoid, errors.Join(errs...))
+		case <-time.After(otherMasterRetry):
+		}
+	}
+}
+
+// connectMaster is a client of master m's apiserver once its /readyz
+// answers within probeBound.
+func connectMaster(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, m site.Node, log Logf) (kubernetes.Interface, error) {
+	url := nodeconfig.APIServerURL(s, m)
+	rc, err := clientcmd.NewNonInteractiveClientConfig(*kc, nodeconfig.OperatorContext(s, pki.AdminStem, m), &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
+	}
+	rc.Timeout = callBound
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("the admin kubeconfig, master %s: %w", m.Name, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeBound)
+	err = clustercheck.APIServerReady(pctx, kube)
+	cancel()
+	if err != nil {
+		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, clustercheck.OneLine(err))
+		return nil, fmt.Errorf("master %s (%s): %w", m.Name, url, err)
+	}
+	log("apiserver: using master %s (%s)", m.Name, url)
+	return kube, nil
 }
 
 // ConnectEtcd is a client for the site's etcd at every master's client

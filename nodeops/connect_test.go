@@ -65,6 +65,20 @@ func TestConnectAPITriesEachMaster(t *testing.T) {
 		t.Errorf("with m1 avoided: %v\n%s", err, strings.Join(lines, "\n"))
 	}
 
+	// m2 being removed answers, m1 does not: m2's apiserver stops with
+	// its etcd member, so it is not used; m1 is tried again until the
+	// bound (here the context's).
+	lines = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err = ConnectAPI(ctx, s, st, "m2", log)
+	if err == nil || !strings.Contains(err.Error(), "removing master m2 needs one") {
+		t.Errorf("with only m2, being removed, answering: %v", err)
+	}
+	if said := strings.Join(lines, "\n"); strings.Contains(said, "using master m2") || !strings.Contains(said, "waiting up to 2m0s for another master than m2") {
+		t.Errorf("with only m2, being removed, answering, ConnectAPI said:\n%s", said)
+	}
+
 	srv.Close()
 	lines = nil
 	_, err = ConnectAPI(context.Background(), s, st, "", log)

@@ -148,8 +148,10 @@ func newNodeRemoveCmd() *cobra.Command {
 
 Every step is idempotent: a second run finishes what an interrupted one started.
 NAME may be a node of the site, a Node of the cluster or an etcd member's name.
-The apiserver used is another master's when one is ready: a removed master's
-apiserver stops with its etcd member.
+The apiserver used is another master's: a removed master's apiserver stops
+with its etcd member. While no other master's is ready, they are tried again
+for up to 2 min (a busy master can miss one 10 s probe); a master's own is
+used only when it is the site's one master.
 
 Exit status: 1 when kiln refuses or a step fails (the message names the step),
 2 for a usage error (an unknown node, a missing site file or PKI directory).
