@@ -72,15 +72,25 @@ func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, l
 	if others := slices.DeleteFunc(slices.Clone(ms), func(m site.Node) bool { return m.Name == avoid }); len(others) < len(ms) && len(others) > 0 {
 		return connectOther(ctx, s, kc, others, avoid, log)
 	}
+	kube, err := firstReady(ctx, s, kc, ms, log)
+	if err != nil {
+		return nil, fmt.Errorf("no apiserver of the site %s is ready: %w", s.File, err)
+	}
+	return kube, nil
+}
+
+// firstReady is a client of the first of masters whose apiserver is
+// ready, or every master's error.
+func firstReady(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, masters []site.Node, log Logf) (kubernetes.Interface, error) {
 	var errs []error
-	for _, m := range ms {
+	for _, m := range masters {
 		kube, err := connectMaster(ctx, s, kc, m, log)
 		if err == nil {
 			return kube, nil
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("no apiserver of the site %s is ready: %w", s.File, errors.Join(errs...))
+	return nil, errors.Join(errs...)
 }
 
 // Bounds of waiting for another master than the one being removed, and
@@ -96,13 +106,9 @@ func connectOther(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, ot
 	ctx, cancel := context.WithTimeout(ctx, otherMasterBound)
 	defer cancel()
 	for round := 1; ; round++ {
-		var errs []error
-		for _, m := range others {
-			kube, err := connectMaster(ctx, s, kc, m, log)
-			if err == nil {
-				return kube, nil
-			}
-			errs = append(errs, err)
+		kube, err := firstReady(ctx, s, kc, others, log)
+		if err == nil {
+			return kube, nil
 		}
 		if round == 1 {
 			log("apiserver: waiting up to %s for another master than %s (its apiserver stops with its etcd member)", otherMasterBound, avoid)
@@ -110,7 +116,7 @@ func connectOther(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, ot
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("no other master's apiserver than %s's is ready (within %s): removing master %s needs one, as its own stops with its etcd member: %w",
-				avoid, otherMasterBound, avoid, errors.Join(errs...))
+				avoid, otherMasterBound, avoid, err)
 		case <-time.After(otherMasterRetry):
 		}
 	}
