@@ -138,16 +138,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 // the same apiserver), and the mark would never be read. A Node that is
 // not found is an answer, not a failure.
 func (w *Watcher) readNode(ctx context.Context) (*corev1.Node, error) {
-	node, err := w.Kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
-	if err == nil || apierrors.IsNotFound(err) {
-		return node, err
-	}
-	for _, kube := range w.Fallbacks {
-		if n, ferr := kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{}); ferr == nil || apierrors.IsNotFound(ferr) {
-			return n, ferr
+	var first error // the discovery name's, when no client answers
+	for i, kube := range w.clients() {
+		node, err := kube.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			return node, err
+		}
+		if i == 0 {
+			first = err
 		}
 	}
-	return node, err
+	return nil, first
+}
+
+// clients are Kube, then each Fallback: the order the Node is read and
+// answered on in.
+func (w *Watcher) clients() []kubernetes.Interface {
+	return append([]kubernetes.Interface{w.Kube}, w.Fallbacks...)
 }
 
 // Leave records the removal, stops the kubelet and the pods, and
@@ -182,7 +189,8 @@ func (w *Watcher) stop(ctx context.Context, stamp, why string) error {
 // bounded systemctl is cut off; the second stop waits for them.
 func (w *Watcher) stopUnits(ctx context.Context) error {
 	args := append([]string{"stop"}, StopUnits...)
-	gctx, cancel := context.WithTimeout(ctx, cmp.Or(w.StopGrace, DefaultStopGrace))
+	grace := cmp.Or(w.StopGrace, DefaultStopGrace)
+	gctx, cancel := context.WithTimeout(ctx, grace)
 	_, err := w.Sys.Run(gctx, "systemctl", args...)
 	graceOver := gctx.Err() != nil
 	cancel()
@@ -192,7 +200,7 @@ func (w *Watcher) stopUnits(ctx context.Context) error {
 	if !graceOver || ctx.Err() != nil {
 		return fmt.Errorf("systemctl stop %v: %w", StopUnits, err)
 	}
-	w.Console("the pods did not stop within %s: killing what is left of %s", cmp.Or(w.StopGrace, DefaultStopGrace), podsSlice)
+	w.Console("the pods did not stop within %s: killing what is left of %s", grace, podsSlice)
 	if _, err := w.Sys.Run(ctx, "systemctl", "kill", "--signal=SIGKILL", podsSlice); err != nil {
 		return fmt.Errorf("killing %s: %w", podsSlice, err)
 	}
@@ -217,7 +225,7 @@ func (w *Watcher) sayLeft(ctx context.Context) {
 func (w *Watcher) answer(ctx context.Context, left string) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.LeftAnnotation: left}}})
 	var err error
-	for _, kube := range append([]kubernetes.Interface{w.Kube}, w.Fallbacks...) {
+	for _, kube := range w.clients() {
 		if _, err = kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			return nil
 		}
