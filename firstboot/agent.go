@@ -41,6 +41,9 @@ type Agent struct {
 	// Wait is how often to look again for a config; 0 means do not wait
 	// (report "no config" as an error).
 	Wait time.Duration
+	// ReloadPause is the pause between attempts to reload networkd; 0
+	// means 5 s.
+	ReloadPause time.Duration
 
 	status   Status
 	settings imageconf.Settings
@@ -208,17 +211,55 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 	}
 	a.step("config applied")
 	if touchesNetwork(v.plan) {
-		// networkd configured the links before the config arrived; a
-		// reload re-applies every link whose .network file changed.
-		if _, err := a.Sys.Run(ctx, "networkctl", "reload"); err != nil {
-			return fmt.Errorf("reloading systemd-networkd for the config's network files: %w", err)
+		if err := a.reloadNetwork(ctx); err != nil {
+			return fmt.Errorf("applying the config's network files: %w", err)
 		}
-		a.step("network configuration reloaded")
 	}
 	if err := os.Remove(stamp); err != nil {
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
+}
+
+// reloadAttempts is how many times the agent asks networkd to reload
+// before it restarts it.
+const reloadAttempts = 3
+
+// reloadNetwork makes networkd apply the config's .network files: it
+// configured the links before the config arrived, and a reload re-applies
+// every link whose file changed. networkctl asks networkd over D-Bus, and
+// on a loaded machine that has failed (a CI run's master, back from a
+// power cut: "Failed to activate service 'org.freedesktop.network1':
+// timed out"), so the reload is tried again, and the last resort is a
+// restart, which systemctl asks of systemd without D-Bus. The agent runs
+// before the node stack, so nothing but networkd notices the restart.
+func (a *Agent) reloadNetwork(ctx context.Context) error {
+	pause := a.ReloadPause
+	if pause == 0 {
+		pause = 5 * time.Second
+	}
+	var errs []error
+	for attempt := 1; attempt <= reloadAttempts; attempt++ {
+		_, err := a.Sys.Run(ctx, "networkctl", "reload")
+		if err == nil {
+			a.step("network configuration reloaded")
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("networkctl reload: %w", err))
+		a.console("reloading systemd-networkd for the config's network files (attempt %d of %d): %s", attempt, reloadAttempts, oneLine(err.Error()))
+		if attempt < reloadAttempts {
+			select {
+			case <-ctx.Done():
+				return errors.Join(append(errs, ctx.Err())...)
+			case <-time.After(pause):
+			}
+		}
+	}
+	if _, err := a.Sys.Run(ctx, "systemctl", "restart", "systemd-networkd.service"); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("systemctl restart systemd-networkd.service: %w", err))...)
+	}
+	a.step("network configuration applied by restarting systemd-networkd (networkctl reload failed %d times)", reloadAttempts)
+	return nil
 }
 
 // loadSettings reads what the image spec tells the agent and makes the

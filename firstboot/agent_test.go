@@ -9,8 +9,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-project/kiln/firstboot/machine"
 	"github.com/kiln-project/kiln/internal/ignition"
@@ -21,6 +23,8 @@ import (
 type fakeSys struct {
 	cmds    []string
 	answers map[string]answer
+	// fails makes a command line fail this many times before it answers.
+	fails map[string]int
 }
 
 type answer struct {
@@ -37,6 +41,10 @@ func (e exitStatus) ExitCode() int { return int(e) }
 func (f *fakeSys) Run(_ context.Context, name string, args ...string) ([]byte, error) {
 	line := name + " " + strings.Join(args, " ")
 	f.cmds = append(f.cmds, line)
+	if f.fails[line] > 0 {
+		f.fails[line]--
+		return nil, exitStatus(1)
+	}
 	if a, ok := f.answers[line]; ok {
 		return []byte(a.out), a.err
 	}
@@ -187,6 +195,55 @@ func TestNetworkFilesReloadNetworkd(t *testing.T) {
 			}
 			if got != tc.reload {
 				t.Errorf("networkctl reload run: %v, want %v (commands %v)", got, tc.reload, sys.cmds)
+			}
+		})
+	}
+}
+
+// networkctl asks networkd over D-Bus, which has timed out on a loaded
+// machine: the agent tries again, then restarts networkd, and fails only
+// when that fails too, naming every attempt.
+func TestNetworkReloadIsRetriedThenRestarts(t *testing.T) {
+	const reload, restart = "networkctl reload", "systemctl restart systemd-networkd.service"
+	for _, tc := range []struct {
+		name      string
+		fails     map[string]int
+		wantCmds  []string
+		wantErr   string
+		wantSteps string
+	}{
+		{"second attempt works", map[string]int{reload: 1}, []string{reload, reload}, "", "network configuration reloaded"},
+		{"restart", map[string]int{reload: 3}, []string{reload, reload, reload, restart}, "", "restarting systemd-networkd (networkctl reload failed 3 times)"},
+		{"restart fails", map[string]int{reload: 3, restart: 1}, []string{reload, reload, reload, restart}, "systemctl restart systemd-networkd.service: exit status 1", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/systemd/network/10-kiln.network","contents":{"source":"data:,x"}}]}}`)
+			sys := &fakeSys{fails: tc.fails}
+			var out bytes.Buffer
+			err := (&Agent{Root: root, Console: &out, Sys: sys, ReloadPause: time.Millisecond}).Run(context.Background())
+			var got []string
+			for _, c := range sys.cmds {
+				if c == reload || c == restart {
+					got = append(got, c)
+				}
+			}
+			if !slices.Equal(got, tc.wantCmds) {
+				t.Errorf("commands %q, want %q", got, tc.wantCmds)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "networkctl reload: exit status 1") {
+					t.Fatalf("error %v, want one naming the reloads and %q", err, tc.wantErr)
+				}
+				if strings.Contains(out.String(), "kiln-firstboot: done") {
+					t.Errorf("the agent reported done:\n%s", out.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), tc.wantSteps) {
+				t.Errorf("console lacks %q:\n%s", tc.wantSteps, out.String())
 			}
 		})
 	}
