@@ -245,7 +245,7 @@ func (a *Agent) reloadNetwork(ctx context.Context) error {
 			a.step("network configuration reloaded")
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("networkctl reload: %w", err))
+		errs = append(errs, fmt.Errorf("reload attempt %d: %w", attempt, err)) // err names the command
 		a.console("reloading systemd-networkd for the config's network files (attempt %d of %d): %s", attempt, reloadAttempts, oneLine(err.Error()))
 		if attempt < reloadAttempts {
 			select {
@@ -256,7 +256,7 @@ func (a *Agent) reloadNetwork(ctx context.Context) error {
 		}
 	}
 	if _, err := a.Sys.Run(ctx, "systemctl", "restart", "systemd-networkd.service"); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("systemctl restart systemd-networkd.service: %w", err))...)
+		return errors.Join(append(errs, fmt.Errorf("restart: %w", err))...)
 	}
 	a.step("network configuration applied by restarting systemd-networkd (networkctl reload failed %d times)", reloadAttempts)
 	return nil
