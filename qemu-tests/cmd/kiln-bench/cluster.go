@@ -468,24 +468,6 @@ func withShape(setup func(options, string, bool) (vm.Config, func(), error), mem
 	}
 }
 
-// ratioRow is a figure beside its floor, with its ratio to the floor and,
-// for goal > 0, whether it is within goal times the floor.
-func ratioRow(what string, d, floor time.Duration, goal float64, note string) row {
-	ratio := d.Seconds() / floor.Seconds()
-	text := fmt.Sprintf("%.2f× the floor", ratio)
-	if goal > 0 {
-		verdict := "met"
-		if ratio > goal {
-			verdict = "**not met**"
-		}
-		text += fmt.Sprintf("; goal ≤ %g×: %s", goal, verdict)
-	}
-	if note != "" {
-		text += "; " + note
-	}
-	return row{what, secs(d), secs(floor), text}
-}
-
 func clusterLog(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "== cluster: "+format+"\n", args...)
 }

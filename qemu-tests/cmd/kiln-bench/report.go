@@ -110,6 +110,24 @@ func (r *report) markdown() string {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
+// ratioRow is a figure beside its floor, with its ratio to the floor and,
+// for goal > 0, whether it is within goal times the floor.
+func ratioRow(what string, d, floor time.Duration, goal float64, note string) row {
+	ratio := d.Seconds() / floor.Seconds()
+	text := fmt.Sprintf("%.2f× the floor", ratio)
+	if goal > 0 {
+		verdict := "met"
+		if ratio > goal {
+			verdict = "**not met**"
+		}
+		text += fmt.Sprintf("; goal ≤ %g×: %s", goal, verdict)
+	}
+	if note != "" {
+		text += "; " + note
+	}
+	return row{what, secs(d), secs(floor), text}
+}
+
 func mib(n int64) string {
 	if n < 1<<20 {
 		return fmt.Sprintf("%d B", n)
