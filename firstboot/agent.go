@@ -6,6 +6,7 @@
 package firstboot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -234,10 +235,7 @@ const reloadAttempts = 3
 // restart, which systemctl asks of systemd without D-Bus. The agent runs
 // before the node stack, so nothing but networkd notices the restart.
 func (a *Agent) reloadNetwork(ctx context.Context) error {
-	pause := a.ReloadPause
-	if pause == 0 {
-		pause = 5 * time.Second
-	}
+	pause := cmp.Or(a.ReloadPause, 5*time.Second)
 	var errs []error
 	for attempt := 1; attempt <= reloadAttempts; attempt++ {
 		_, err := a.Sys.Run(ctx, "networkctl", "reload")
