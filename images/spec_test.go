@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +27,22 @@ func TestDefaultSpecIsValid(t *testing.T) {
 	}
 	if string(onDisk) != string(Default()) {
 		t.Error("embedded default differs from images/node.yaml")
+	}
+}
+
+// The default image's kernel arguments, each whole: the KVM blacklist
+// written unquoted in a YAML flow list had its comma split it in two, and
+// the kernel passed "kvm_amd" on as an unknown parameter while udev went
+// on loading the module.
+func TestDefaultSpecKernelArguments(t *testing.T) {
+	s, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"modprobe.blacklist=kvm_intel,kvm_amd", "transparent_hugepage=madvise"} {
+		if !slices.Contains(s.Kernel.Cmdline, want) {
+			t.Errorf("kernel.cmdline %q: want the argument %q", s.Kernel.Cmdline, want)
+		}
 	}
 }
 
