@@ -506,7 +506,7 @@ func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, m cluster.Mac
 	}
 	disk := filepath.Join(dir, m.Name+"-state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
-	return startVM(t, vm.Config{Name: m.Name, Dir: filepath.Join(dir, m.Name), Firmware: vm.BIOS, Boot: vm.BootISO,
+	return startVM(t, vm.Config{Name: m.Name, Dir: filepath.Join(dir, m.Name), Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true,
 		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, MAC: m.MAC, ISO: filepath.Join(out, "node.iso"),
 		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: seg.Name, Tap: tap, Ignition: cfg})
 }

@@ -51,7 +51,7 @@ func TestGeneratedWorkerConfigApplies(t *testing.T) {
 	unit := "[Unit]\nAfter=kiln-firstboot.service\n[Service]\nType=oneshot\nExecStart=/bin/sh -c '" + genProbe + "'\n[Install]\nWantedBy=multi-user.target\n"
 	cfg["systemd"] = map[string]any{"units": []any{map[string]any{"name": "kiln-test-probe.service", "enabled": true, "contents": unit}}}
 
-	v := startVM(t, vm.Config{CPUs: 1, Name: "gen-worker", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO,
+	v := startVM(t, vm.Config{CPUs: 1, Name: "gen-worker", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true,
 		ISO: filepath.Join(out, "node.iso"), Ignition: mustJSON(t, cfg)})
 	waitLine(t, v, doneLine+"fw_cfg")
 	expectFields(t, waitLine(t, v, `probe: host=`), map[string]string{

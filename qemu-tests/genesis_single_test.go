@@ -61,7 +61,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := startVM(t, vm.Config{Name: "genesis", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MemoryMiB: 3072, CPUs: 2, MAC: cluster.GenesisMAC,
+	v := startVM(t, vm.Config{Name: "genesis", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, MemoryMiB: 3072, CPUs: 2, MAC: cluster.GenesisMAC,
 		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}},
 		HostFwd:  []string{fmt.Sprintf("tcp:127.0.0.1:%d-10.0.2.50:6443", port), fmt.Sprintf("tcp:127.0.0.1:%d-10.0.2.50:2379", etcdPort)},
 		Ignition: cfgs["g1"]})

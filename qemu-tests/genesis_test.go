@@ -103,7 +103,7 @@ func TestGenesisJoinsWhenItsClusterExists(t *testing.T) {
 	hostEtcd(t, dir, "m2", cfgs["m2"])
 	disk := filepath.Join(dir, "state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
-	v := startVM(t, vm.Config{Name: "refuse", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MAC: cluster.GenesisMAC,
+	v := startVM(t, vm.Config{Name: "refuse", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, MAC: cluster.GenesisMAC,
 		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: cfgs["g1"]})
 	line := waitLine(t, v, `genesis: cluster already exists|kiln-firstboot: (done role=|error: role)|bootstrapping is safe`)
 	if !strings.Contains(line, "genesis: cluster already exists (m2 answers); joining as a master") {

@@ -39,7 +39,7 @@ func TestForeignMasterIsRefused(t *testing.T) {
 	hostEtcd(t, dir, "h1", ours["h1"])
 	disk := filepath.Join(dir, "state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
-	v := startVM(t, vm.Config{CPUs: 1, Name: "foreign", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, MAC: cluster.GenesisMAC,
+	v := startVM(t, vm.Config{CPUs: 1, Name: "foreign", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, MAC: cluster.GenesisMAC,
 		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: foreign["m3"]})
 	line := waitLine(t, v, `kiln-firstboot: (done role=|error: role|etcd: added learner)`)
 	if !strings.Contains(line, "error: role master: master/wait-cluster: ") || !strings.Contains(line, "not from this site's etcd CA") {

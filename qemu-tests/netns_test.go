@@ -100,7 +100,7 @@ func TestTwoVMsShareABridge(t *testing.T) {
 		}
 		// 1 GiB: with 768 MiB the ISO's RAM overlay filled up about 2
 		// minutes into the boot, which can take sshd's host keys with it.
-		v := startVM(t, vm.Config{Name: "l2-" + nd.name, Dir: filepath.Join(dir, nd.name), Firmware: vm.BIOS, Boot: vm.BootISO,
+		v := startVM(t, vm.Config{Name: "l2-" + nd.name, Dir: filepath.Join(dir, nd.name), Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true,
 			MemoryMiB: 1024, CPUs: 1, ISO: filepath.Join(out, "node.iso"), Netns: n.Name, Tap: nd.tap, MAC: nd.mac,
 			Ignition: netcheckConfig(t, nd.mac, nd.addr, nd.peer)})
 		vms[nd.name] = v

@@ -66,6 +66,13 @@ type Config struct {
 	// Kernel, Initrd and Append boot a kernel directly (QEMU -kernel),
 	// bypassing the medium's boot loader but not its root filesystem.
 	Kernel, Initrd, Append string
+	// Direct boots an ISO (BootISO) through QEMU -kernel with the kernel,
+	// initramfs and command line of the ISO's own boot entry, read from
+	// the ISO when the VM starts, then KernelArgs, then under TCG
+	// TCGKernelArgs: the firmware and the boot loader are skipped (the
+	// boot tests cover them), the ISO stays attached as the live root.
+	Direct     bool
+	KernelArgs []string
 }
 
 // Disk is a disk image attached as virtio.
@@ -143,6 +150,9 @@ func (c Config) Args(n int) []string {
 // Check rejects configs QEMU would run differently from what they say:
 // the user network's features on a tap NIC.
 func (c Config) Check() error {
+	if c.Direct && (c.Boot != BootISO || c.ISO == "" || c.Kernel != "") {
+		return fmt.Errorf("VM %s: a direct boot boots an ISO's own kernel: it needs BootISO and an ISO, and no Kernel of its own", c.Name)
+	}
 	if c.Tap == "" {
 		return nil
 	}

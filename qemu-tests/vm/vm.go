@@ -41,6 +41,13 @@ func Start(cfg Config) (*VM, error) {
 			return nil, fmt.Errorf("VM %s: NVRAM: %w", cfg.Name, err)
 		}
 	}
+	if cfg.Direct {
+		k, err := ReadISOKernel(cfg.ISO)
+		if err != nil {
+			return nil, fmt.Errorf("VM %s: %w", cfg.Name, err)
+		}
+		cfg.Kernel, cfg.Initrd, cfg.Append = k.Kernel, k.Initrd, directCmdline(k.Cmdline, cfg.KernelArgs, cfg.KVM)
+	}
 	v := &VM{Config: cfg}
 	return v, v.start()
 }
