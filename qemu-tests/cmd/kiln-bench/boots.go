@@ -98,7 +98,10 @@ func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool
 		return timedBoot{}, err
 	}
 	defer cleanup()
-	cfg.Name, cfg.Dir, cfg.KVM, cfg.CPUs = filepath.Base(dir), dir, vm.KVMUsable(), 2
+	cfg.Name, cfg.Dir, cfg.KVM = filepath.Base(dir), dir, vm.KVMUsable()
+	if cfg.CPUs == 0 { // a shape the setup chose (withShape) stands
+		cfg.CPUs = 2
+	}
 	if cfg.MemoryMiB == 0 {
 		cfg.MemoryMiB = 1536
 	}
@@ -114,6 +117,15 @@ func timeBoot(ctx context.Context, o options, dir string, p bootPath, plain bool
 }
 
 func nothing() {}
+
+// scenarioPlain is the floor of the genesis and cluster parts: the ISO
+// booted as their VMs boot it (vm.Config.Direct: the ISO's own kernel,
+// initramfs and command line, with the harness's TCG arguments), the
+// agent masked.
+func scenarioPlain(o options, _ string, _ bool) (vm.Config, func(), error) {
+	return vm.Config{Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, ISO: abs(filepath.Join(o.out, "node.iso")),
+		KernelArgs: []string{maskAgent}}, nothing, nil
+}
 
 func isoBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
 	return func(o options, _ string, plain bool) (vm.Config, func(), error) {
