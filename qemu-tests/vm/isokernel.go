@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/filesystem"
@@ -26,7 +25,7 @@ import (
 // removal: guests froze for 10-30 s in clear_page_rep, in a module's
 // load, the framebuffer's, the agent's first heap or containerd's start.
 // Without randomisation the processes share one translation: no freeze
-// in 8 plain boots (4 of 16 froze with it) and the plain boot 22%
+// in 8 plain boots (3 of 14 froze with it) and the plain boot 22%
 // faster (docs/measurements.md). The image's own boots keep it: only
 // the harness's direct boots under TCG add it.
 var TCGKernelArgs = []string{"norandmaps"}
@@ -54,11 +53,6 @@ type ISOKernel struct {
 	Kernel, Initrd, Cmdline string
 }
 
-var (
-	isoKernelsMu sync.Mutex
-	isoKernels   = map[string]ISOKernel{}
-)
-
 // ReadISOKernel copies the kernel and initramfs of the ISO at iso's boot
 // entry out of the ISO and reads the entry's kernel command line from
 // its GRUB menu. The copies go beside the ISO, in .<name>.kernel/<key>,
@@ -72,16 +66,10 @@ func ReadISOKernel(iso string) (ISOKernel, error) {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d\x00%d", st.Size(), st.ModTime().UnixNano()))
 	base := filepath.Join(filepath.Dir(iso), "."+filepath.Base(iso)+".kernel")
 	dir := filepath.Join(base, hex.EncodeToString(sum[:8]))
-	isoKernelsMu.Lock()
-	defer isoKernelsMu.Unlock()
-	if k, ok := isoKernels[dir]; ok {
-		return k, nil
-	}
 	k, err := extractISOKernel(iso, base, dir)
 	if err != nil {
 		return ISOKernel{}, fmt.Errorf("the boot entry of %s: %w", iso, err)
 	}
-	isoKernels[dir] = k
 	return k, nil
 }
 
