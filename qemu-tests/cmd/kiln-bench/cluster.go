@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
+	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/timeline"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -84,6 +86,11 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 		return fmt.Errorf("cluster floor: %w", err)
 	}
 	r.addTimeline("cluster", clusterTimeline, floorRow("plain boot of the same ISO (3 GiB, 1 vCPU)", floor.console))
+	clusterLog("plain boots of m1, m2 and w1's shapes at once (the power cut's contention)")
+	together, err := timePlainTogether(ctx, o, filepath.Join(dir, "plain-together"), clusterNodes())
+	if err != nil {
+		return fmt.Errorf("cluster floor, three at once: %w", err)
+	}
 	pkiDir := filepath.Join(dir, "pki")
 	cfgs, err := cluster.Configs(cluster.ThreeNodes().Site(), pkiDir)
 	if err != nil {
@@ -103,7 +110,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 			err = errors.Join(err, fmt.Errorf("removing namespace %s: %w", seg.Name, cerr))
 		}
 	}()
-	c := &clusterRun{o: o, seg: seg, dir: dir, pkiDir: pkiDir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, r: r}
+	c := &clusterRun{o: o, seg: seg, dir: dir, pkiDir: pkiDir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, together: together, r: r}
 	defer powerOff(c.nodes) // before the namespace goes: QEMU runs inside it
 	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
 		return err
@@ -136,7 +143,11 @@ type clusterRun struct {
 	pkiDir string
 	nodes  []*clusterNode
 	cfgs   map[string][]byte
-	kube   kubernetes.Interface // through the admin kubeconfig's current context (m1)
+	// together is the last login prompt of the plain boots of every
+	// machine's shape at once: the floor under the contention of a
+	// whole-cluster power cut (three vCPUs on this host's cores).
+	together time.Duration
+	kube     kubernetes.Interface // through the admin kubeconfig's current context (m1)
 	// masters has a client per master (each context of the admin
 	// kubeconfig), for what any apiserver can answer.
 	masters []masterClient
@@ -233,8 +244,10 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("after the power cut: %w", err)
 	}
-	rows := []row{ratioRow("**power cut**: restart to the three Nodes Ready again", got.ready.Sub(restart), floor, goalAfterCut,
-		"every VM killed at once, booted with no config; heartbeats from restart − 5 s on, as the QEMU scenario does")}
+	back := got.ready.Sub(restart)
+	rows := []row{ratioRow("**power cut**: restart to the three Nodes Ready again", back, floor, goalAfterCut,
+		fmt.Sprintf("every VM killed at once, booted with no config; heartbeats from restart − 5 s on, as the QEMU scenario does; "+
+			"%.2f× the three machines' plain boots at once (%s to the last login prompt)", back.Seconds()/c.together.Seconds(), secs(c.together)))}
 	var last time.Time
 	for _, n := range nodes {
 		rows = append(rows, ratioRow(fmt.Sprintf("power cut: %s restart to `done role=%s (restored`", n.Name, n.Role),
@@ -246,7 +259,27 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 	rows = append(rows, ratioRow("power cut: restart to the last `restored` line", last.Sub(restart), floor, 0, ""))
 	c.r.add(clusterTitle, clusterHead, rows...)
 	c.r.addTimeline("cluster", clusterTimeline, c.timelineRows(func(*clusterNode) string { return "after the power cut" })...)
+	c.keepCutLogs(ctx)
 	return nil
+}
+
+// keepCutLogs writes, for reading where the restart's time went, the
+// masters' etcd and apiserver logs as the apiserver serves them and each
+// machine's journal of this boot, read from its state disk while it
+// runs (a copy, its ext4 journal replayed), into the image's
+// bench-logs/cluster. What cannot be read is reported and skipped.
+func (c *clusterRun) keepCutLogs(ctx context.Context) {
+	logs := filepath.Join(c.o.out, "bench-logs", "cluster")
+	var pods []string
+	for _, n := range c.nodes {
+		if n.Role != nodefile.RoleWorker {
+			pods = append(pods, "etcd-"+n.Name, "kube-apiserver-"+n.Name)
+		}
+	}
+	keepPodLogs(ctx, c.kube, logs, "cut-", pods...)
+	for _, n := range c.nodes {
+		keepJournal(ctx, filepath.Join(c.dir, n.Name+"-state.qcow2"), map[int]string{0: filepath.Join(logs, "cut-"+n.Name+"-journal.log")})
+	}
 }
 
 // waitSettled waits, untimed, for what the scenario checks before its power
@@ -444,6 +477,53 @@ func powerOff(nodes []*clusterNode) {
 		}
 	}
 	clusterLog("every VM powered off")
+}
+
+// timePlainTogether boots the ISO plainly (scenarioPlain) in the shape
+// of each of nodes, all at once, and returns the last of their times from
+// power-on to the login prompt: what the machine's cores give three
+// booting VMs at once, the floor beside the whole-cluster power cut.
+func timePlainTogether(ctx context.Context, o options, dir string, nodes []*clusterNode) (time.Duration, error) {
+	var vms []*vm.VM
+	defer func() {
+		for _, v := range vms {
+			v.PowerCut()
+		}
+	}()
+	for _, n := range nodes {
+		cfg, cleanup, err := scenarioPlain(o, dir, true)
+		if err != nil {
+			return 0, err
+		}
+		defer cleanup()
+		cfg.Name, cfg.Dir, cfg.KVM = "plain-"+n.Name, filepath.Join(dir, n.Name), vm.KVMUsable()
+		cfg.MemoryMiB, cfg.CPUs = n.MemoryMiB, n.CPUs
+		v, err := vm.Start(cfg)
+		if err != nil {
+			return 0, fmt.Errorf("%s's shape: %w", n.Name, err)
+		}
+		vms = append(vms, v)
+	}
+	var last time.Duration
+	for i, v := range vms {
+		if _, err := v.WaitLine(ctx, loginLine, 8*time.Minute); err != nil {
+			return 0, fmt.Errorf("%s's shape: %w (console: %s)", nodes[i].Name, err, v.ConsolePath(v.Boot()))
+		}
+		at := firstMatch(v.Console(), loginLine)
+		clusterLog("plain boot in %s's shape (%d vCPU, %d MiB), beside the others: login prompt %.1f s after power-on", nodes[i].Name, nodes[i].CPUs, nodes[i].MemoryMiB, at.Seconds())
+		last = max(last, at)
+	}
+	return last, nil
+}
+
+// firstMatch is when the first console line that re matches was read.
+func firstMatch(lines []console.Line, re *regexp.Regexp) time.Duration {
+	for _, l := range lines {
+		if re.MatchString(l.Text) {
+			return l.At
+		}
+	}
+	return 0
 }
 
 // poweredOn is when the current boot of v started.

@@ -27,6 +27,7 @@ func main() {
 	flag.StringVar(&opts.results, "results", "bench/results.md", "where the figures go")
 	flag.BoolVar(&opts.skipCold, "skip-cold", false, "skip the cold build (it downloads every package again)")
 	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis, cluster")
+	flag.IntVar(&opts.restores, "genesis-restores", 3, "power cuts in a row in the genesis part; it reports the median")
 	flag.Parse()
 	// A first interrupt ends the waits, so the parts still power their
 	// VMs off and the cluster part removes its network namespace; a
@@ -44,6 +45,7 @@ func main() {
 type options struct {
 	kiln, out, cache, results, only string
 	skipCold                        bool
+	restores                        int
 }
 
 func run(ctx context.Context, o options) error {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestMedianCut(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name  string
+		ready []time.Duration
+		want  int // the cut's n
+		note  string
+	}{
+		{"one", []time.Duration{66 * s}, 1, "one power cut"},
+		{"three", []time.Duration{70 * s, 62 * s, 66 * s}, 3, "median of 3 power cuts in a row (70.0 s, 62.0 s, 66.0 s)"},
+		{"even: the lower middle", []time.Duration{70 * s, 62 * s, 66 * s, 64 * s}, 4, "median of 4 power cuts in a row (70.0 s, 62.0 s, 66.0 s, 64.0 s)"},
+		{"ties keep the order they ran", []time.Duration{66 * s, 66 * s, 66 * s}, 2, "median of 3 power cuts in a row (66.0 s, 66.0 s, 66.0 s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cuts []restore
+			for i, r := range tc.ready {
+				cuts = append(cuts, restore{n: i + 1, ready: r})
+			}
+			if got := medianCut(cuts); got.n != tc.want {
+				t.Errorf("median is cut %d (%s), want cut %d", got.n, got.ready, tc.want)
+			}
+			if got := cutsNote(cuts, func(c restore) time.Duration { return c.ready }); got != tc.note {
+				t.Errorf("note %q, want %q", got, tc.note)
+			}
+			if cuts[0].n != 1 {
+				t.Error("medianCut reordered its argument")
+			}
+		})
+	}
+}
