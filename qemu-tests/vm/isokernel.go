@@ -28,7 +28,13 @@ import (
 // in 8 plain boots (3 of 14 froze with it) and the plain boot 22%
 // faster (docs/measurements.md). The image's own boots keep it: only
 // the harness's direct boots under TCG add it.
-var TCGKernelArgs = []string{"norandmaps"}
+//
+// modprobe.blacklist=kvm_intel,kvm_amd: QEMU's CPU model offers SVM, so
+// udev loads KVM in every guest, the image's default for KubeVirt or
+// Kata; under TCG a nested KVM is of no use, and its module load took
+// seconds of a one-vCPU guest's boot in the cluster bench (agent and
+// kubelet 5-8 s later than without it).
+var TCGKernelArgs = []string{"norandmaps", "modprobe.blacklist=kvm_intel,kvm_amd"}
 
 // directCmdline is a direct boot's command line: the boot entry's, then
 // the VM's own arguments, then under TCG the harness's.
