@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/nodefile"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
-	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/timeline"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -491,13 +489,12 @@ func timePlainTogether(ctx context.Context, o options, dir string, nodes []*clus
 		}
 	}()
 	for _, n := range nodes {
-		cfg, cleanup, err := scenarioPlain(o, dir, true)
+		cfg, cleanup, err := withShape(scenarioPlain, n.MemoryMiB, n.CPUs)(o, dir, true)
 		if err != nil {
 			return 0, err
 		}
 		defer cleanup()
 		cfg.Name, cfg.Dir, cfg.KVM = "plain-"+n.Name, filepath.Join(dir, n.Name), vm.KVMUsable()
-		cfg.MemoryMiB, cfg.CPUs = n.MemoryMiB, n.CPUs
 		v, err := vm.Start(cfg)
 		if err != nil {
 			return 0, fmt.Errorf("%s's shape: %w", n.Name, err)
@@ -509,21 +506,14 @@ func timePlainTogether(ctx context.Context, o options, dir string, nodes []*clus
 		if _, err := v.WaitLine(ctx, loginLine, 8*time.Minute); err != nil {
 			return 0, fmt.Errorf("%s's shape: %w (console: %s)", nodes[i].Name, err, v.ConsolePath(v.Boot()))
 		}
-		at := firstMatch(v.Console(), loginLine)
+		var at time.Duration
+		if marks := timeline.Extract([]timeline.Step{{Name: "login prompt", Line: loginLine}}, v.Console()); len(marks) == 1 {
+			at = marks[0].At
+		}
 		clusterLog("plain boot in %s's shape (%d vCPU, %d MiB), beside the others: login prompt %.1f s after power-on", nodes[i].Name, nodes[i].CPUs, nodes[i].MemoryMiB, at.Seconds())
 		last = max(last, at)
 	}
 	return last, nil
-}
-
-// firstMatch is when the first console line that re matches was read.
-func firstMatch(lines []console.Line, re *regexp.Regexp) time.Duration {
-	for _, l := range lines {
-		if re.MatchString(l.Text) {
-			return l.At
-		}
-	}
-	return 0
 }
 
 // poweredOn is when the current boot of v started.

@@ -141,9 +141,10 @@ type restore struct {
 // apiserver's start, so the part reports the median of n. The apiserver's
 // and etcd's logs of each boot go into logs.
 func genesisPowerCuts(ctx context.Context, n int, v *vm.VM, kube kubernetes.Interface, logs string) ([]restore, error) {
+	n = max(n, 1)
 	var cuts []restore
-	for i := 1; i <= max(n, 1); i++ {
-		fmt.Fprintf(os.Stderr, "== genesis: power cut %d of %d and boot with no config\n", i, max(n, 1))
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(os.Stderr, "== genesis: power cut %d of %d and boot with no config\n", i, n)
 		v.PowerCut()
 		v.Ignition = nil
 		since := time.Now()
