@@ -41,6 +41,12 @@ type Timing struct {
 	// starved etcd member that answers in 3 s makes the default 2 s check
 	// fail, the apiserver unready and, through /livez, a restart candidate.
 	EtcdCheck time.Duration
+	// DNSCheck is how long the genesis validation pod keeps resolving
+	// the kubernetes Service through cluster DNS before the role reports
+	// failure: the answer needs kube-proxy's rules for the Service and a
+	// CoreDNS synced with the apiserver, and on a machine at half its
+	// usual speed (a cold CI run) neither came within a minute.
+	DNSCheck time.Duration
 }
 
 // timings are the profiles, by the names site.Timings lists.
@@ -52,6 +58,7 @@ var timings = map[string]Timing{
 		Startup: 5 * time.Minute, Liveness: 80 * time.Second,
 		Housekeeping: 10 * time.Second,
 		EtcdCheck:    2 * time.Second,
+		DNSCheck:     time.Minute,
 	},
 	// Loaded, small or emulated machines: five times etcd's timers (the
 	// election still 10 heartbeats), a lease four times as long, a start
@@ -65,6 +72,7 @@ var timings = map[string]Timing{
 		Startup: 15 * time.Minute, Liveness: 5 * time.Minute,
 		Housekeeping: 30 * time.Second,
 		EtcdCheck:    10 * time.Second,
+		DNSCheck:     5 * time.Minute,
 	},
 }
 

@@ -41,10 +41,32 @@ func TestTimingProfilesAreSound(t *testing.T) {
 			{"leader-election timers in whole seconds", tm.LeaseDuration%time.Second == 0 && tm.RenewDeadline%time.Second == 0 && tm.RetryPeriod%time.Second == 0},
 			// A start may take longer than the liveness probe alone allowed (90 s).
 			{"startup > 90s", tm.Startup > 90*time.Second},
+			// The validation pod's DNS check runs in whole seconds (the
+			// check's --retry) and at least the minute it always had.
+			{"DNS check >= 1m in whole seconds", tm.DNSCheck >= time.Minute && tm.DNSCheck%time.Second == 0},
 		} {
 			if !c.ok {
 				t.Errorf("%s: %s does not hold: %+v", name, c.rule, tm)
 			}
+		}
+	}
+}
+
+// The slow profile is the more patient one in every bound that can
+// give up on a slow start.
+func TestSlowTimingIsMorePatient(t *testing.T) {
+	d, s := TimingFor(site.TimingDefault), TimingFor(site.TimingSlow)
+	for _, c := range []struct {
+		name          string
+		fast, patient time.Duration
+	}{
+		{"startup", d.Startup, s.Startup},
+		{"liveness", d.Liveness, s.Liveness},
+		{"etcd check", d.EtcdCheck, s.EtcdCheck},
+		{"DNS check", d.DNSCheck, s.DNSCheck},
+	} {
+		if c.patient <= c.fast {
+			t.Errorf("%s: slow %s, default %s", c.name, c.patient, c.fast)
 		}
 	}
 }

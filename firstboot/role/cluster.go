@@ -154,7 +154,7 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 // validatePod runs a pod of the kiln image that resolves the kubernetes
 // service through cluster DNS, and reads its logs back: scheduling, the
 // CNI, kube-proxy, cluster DNS and the kubelet's log access all work.
-func (c *cluster) validatePod(ctx context.Context, image, domain string, bound time.Duration) error {
+func (c *cluster) validatePod(ctx context.Context, image, domain string, retry, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
 	dns := "cluster DNS (kube-system/" + manifests.ClusterDNSService + ") with a ready endpoint"
 	err := clustercheck.Wait(ctx, dns, bound, c.log, func(ctx context.Context) error {
@@ -163,7 +163,7 @@ func (c *cluster) validatePod(ctx context.Context, image, domain string, bound t
 	if err != nil {
 		return err
 	}
-	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", "60s", name)
+	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", retry.String(), name)
 	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
 		return fmt.Errorf("validation pod: %w", err)
@@ -221,5 +221,6 @@ func (n *Node) validate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.Wait)
+	retry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
+	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, retry, n.Wait)
 }
