@@ -37,13 +37,24 @@ const ImportedDir = "/var/lib/kiln/images-imported"
 // static pods' images in half as long. The images live on the state
 // partition, so a node imports once and every later boot only checks.
 // ready, when not nil, is what the kubelet waits for.
+//
+// A node whose boot images were all stamped on an earlier boot (every
+// restart) calls ready before it asks containerd anything: the stamps
+// and containerd's store share the state partition, and a run of ctr
+// under TCG costs a second or two that the kubelet's start, and with it
+// the control plane's, would wait for. The check that follows still
+// imports any image containerd lost.
 func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Writer, boot, parallel int, ready func()) error {
+	boot = min(boot, len(c.Images))
+	if ready != nil && allStamped(root, c.Images[:boot]) {
+		ready()
+		ready = nil
+	}
 	out, err := ctr.Run(ctx, "ctr", "-n", Namespace, "images", "ls")
 	if err != nil {
 		return fmt.Errorf("listing containerd's images: %w", err)
 	}
 	have := parseImageList(string(out))
-	boot = min(boot, len(c.Images))
 	log = syncwriter.New(log) // the imports running at once write whole lines
 	if err := importEach(ctx, root, ctr, log, c.Images[:boot], have, parallel); err != nil {
 		return err
@@ -91,6 +102,16 @@ func importOne(ctx context.Context, root string, ctr Runner, log io.Writer, im I
 	}
 	fmt.Fprintf(log, "imported %s (%s) in %s\n", im.Ref, im.Digest, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// allStamped is whether every one of images was stamped as imported.
+func allStamped(root string, images []Image) bool {
+	for _, im := range images {
+		if _, err := os.Stat(stampPath(root, im)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Stamp records that containerd holds the image, under root.

@@ -22,6 +22,7 @@ type fakeCtr struct {
 	held    map[string]bool
 	broken  map[string]bool
 	lsErr   error
+	lists   int // ls runs
 	imports []string
 }
 
@@ -33,6 +34,7 @@ func (f *fakeCtr) Run(_ context.Context, name string, args ...string) ([]byte, e
 	}
 	switch args[3] {
 	case "ls":
+		f.lists++
 		var b strings.Builder
 		b.WriteString("REF TYPE DIGEST SIZE PLATFORMS LABELS\n")
 		for ref := range f.held {
@@ -157,29 +159,47 @@ func TestForRole(t *testing.T) {
 }
 
 // The kubelet is let go once the images its static pods need are in, and
-// not before; a node with nothing left to import lets it go at once.
+// not before; a node whose boot images were stamped on an earlier boot
+// lets it go before it asks containerd anything, and still imports what
+// containerd lost.
 func TestImportReadyAfterBootImages(t *testing.T) {
 	root, full, ctr := importFixture(t)
 	c, boot := full.ForRole("master")
-	readyAt := -1
+	readyAt, listsAtReady := -1, -1
 	ready := func() {
 		if readyAt != -1 {
 			t.Error("ready called twice")
 		}
-		readyAt = len(ctr.imports)
+		readyAt, listsAtReady = len(ctr.imports), ctr.lists
 	}
 	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, 1, ready); err != nil {
 		t.Fatal(err)
 	}
 	if readyAt != boot || len(ctr.imports) != len(c.Images) {
-		t.Errorf("ready after %d of %d imports, want after %d", readyAt, len(ctr.imports), boot)
+		t.Errorf("first boot: ready after %d of %d imports, want after %d", readyAt, len(ctr.imports), boot)
 	}
-	readyAt = -1
+	if listsAtReady != 1 {
+		t.Errorf("first boot: ready after %d runs of ctr images ls, want 1", listsAtReady)
+	}
+
+	readyAt, ctr.imports, ctr.lists = -1, nil, 0
 	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, 1, ready); err != nil {
 		t.Fatal(err)
 	}
-	if readyAt != len(c.Images) {
-		t.Errorf("second boot: ready after %d imports, want none left (%d)", readyAt, len(c.Images))
+	if readyAt != 0 || listsAtReady != 0 || len(ctr.imports) != 0 {
+		t.Errorf("second boot: ready after %d imports and %d ctr images ls, then %d imports; want ready first, nothing imported",
+			readyAt, listsAtReady, len(ctr.imports))
+	}
+
+	lost := c.Images[0]
+	delete(ctr.held, lost.Ref)
+	readyAt, ctr.imports, ctr.lists = -1, nil, 0
+	if err := c.Import(context.Background(), root, ctr, &bytes.Buffer{}, boot, 1, ready); err != nil {
+		t.Fatal(err)
+	}
+	if readyAt != 0 || len(ctr.imports) != 1 || !ctr.held[lost.Ref] {
+		t.Errorf("a stamped boot image containerd lost: ready after %d imports, imported %v; want ready first, then %s imported again",
+			readyAt, ctr.imports, lost.Archive)
 	}
 }
 

@@ -89,6 +89,10 @@ Ends with "kiln-firstboot: done role=<role>" or "kiln-firstboot: error: ...".`,
 	return cmd
 }
 
+// containerdBound is how long kiln images import, started beside
+// containerd, waits for containerd to accept connections.
+const containerdBound = 5 * time.Minute
+
 func newImagesCmd() *cobra.Command {
 	images := &cobra.Command{Use: "images", Short: "The container images baked into this node image"}
 	var (
@@ -103,7 +107,9 @@ k8s.io namespace, skipping those imported before (containerd's store is on the
 state partition). A node imports the images its role (from /etc/kiln/node.json)
 can run: a worker has no control-plane image. The pause sandbox and the images
 of the node's static pods come first; then it tells systemd it is ready (the
-kubelet is ordered after it) and imports the add-ons' images. Up to --parallel
+kubelet is ordered after it) and imports the add-ons' images. On a boot after
+the first the static pods' images are stamped as imported: it tells systemd at
+once, then checks containerd. It waits up to 5 min for containerd's socket. Up to --parallel
 archives are imported at once (containerd unpacks each on one core).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -119,7 +125,8 @@ archives are imported at once (containerd unpacks each on one core).`,
 			// kiln-images.service is Type=notify: the kubelet, ordered
 			// after it, starts once its static pods' images are in.
 			ready := func() { daemon.SdNotify(false, daemon.SdNotifyReady) }
-			return mine.Import(cmd.Context(), root, firstboot.HostSystem{}, cmd.OutOrStdout(), boot, parallel, ready)
+			ctr := catalog.AfterContainerd(firstboot.HostSystem{}, root+catalog.ContainerdSocket, containerdBound)
+			return mine.Import(cmd.Context(), root, ctr, cmd.OutOrStdout(), boot, parallel, ready)
 		},
 	}
 	imp.Flags().StringVar(&root, "root", "", "root of the node (for tests)")
