@@ -10,7 +10,7 @@
 # SOAK_CUTS whole-cluster power cuts in a row (default 5).
 # SOAK_TESTS (a go test -run pattern) picks other scenarios:
 # TestClusterJoinsAndSurvivesPowerCut (the three-VM cluster, with its
-# re-imaging steps), TestTwoNodeClusterSurvivesPowerCut,
+# re-imaging steps, m2's only here), TestTwoNodeClusterSurvivesPowerCut,
 # TestMasterRemovedThroughTheAPI. Needs the image in $OUT (make image) and
 # bin/kiln. Logs: $OUT/soak.log, consoles under $OUT/qemu-logs/.
 set -euo pipefail
