@@ -151,10 +151,14 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 	})
 }
 
-// validatePod runs a pod of the kiln image that resolves the kubernetes
-// service through cluster DNS, and reads its logs back: scheduling, the
-// CNI, kube-proxy, cluster DNS and the kubelet's log access all work.
-func (c *cluster) validatePod(ctx context.Context, image, domain string, retry, bound time.Duration) error {
+// validatePod runs a pod of the kiln image on node that resolves the
+// kubernetes service through cluster DNS, and reads its logs back:
+// scheduling, the CNI, kube-proxy, cluster DNS and the kubelet's log
+// access all work. The pod is scheduled (a node selector, not a node
+// name) but only onto node: on a slow machine a master that joined
+// during the genesis node's validation had the pod, and its kubelet,
+// busy starting its own control plane, left it pending for minutes.
+func (c *cluster) validatePod(ctx context.Context, image, domain, node string, retry, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
 	dns := "cluster DNS (kube-system/" + manifests.ClusterDNSService + ") with a ready endpoint"
 	err := clustercheck.Wait(ctx, dns, bound, c.log, func(ctx context.Context) error {
@@ -164,6 +168,7 @@ func (c *cluster) validatePod(ctx context.Context, image, domain string, retry, 
 		return err
 	}
 	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", retry.String(), name)
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
 		return fmt.Errorf("validation pod: %w", err)
@@ -222,5 +227,5 @@ func (n *Node) validate(ctx context.Context) error {
 		return err
 	}
 	retry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
-	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, retry, n.Wait)
+	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.file.Name, retry, n.Wait)
 }

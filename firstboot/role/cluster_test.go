@@ -2,12 +2,16 @@ package role
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kiln-project/kiln/manifests"
 )
@@ -45,5 +49,36 @@ func TestLabelNodeWaitsForRegistration(t *testing.T) {
 	err := c.labelNode(context.Background(), "w9", nil, nil, 3*time.Second)
 	if err == nil {
 		t.Fatal("labelled a node that never registered")
+	}
+}
+
+// The genesis validation pod goes through the scheduler but only onto
+// the validating node, and retries cluster DNS for as long as it is told;
+// the fake kubelet's logs lack the answer, so the validation fails.
+func TestValidatePodStaysOnItsNode(t *testing.T) {
+	dns := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: manifests.ClusterDNSService + "-abc", Namespace: metav1.NamespaceSystem,
+		Labels: map[string]string{discoveryv1.LabelServiceName: manifests.ClusterDNSService}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}}}}
+	kube := fake.NewClientset(dns)
+	var created *corev1.Pod
+	kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		created = p.DeepCopy()
+		p.Status.Phase = corev1.PodSucceeded
+		return false, nil, nil
+	})
+	c := &cluster{kube: kube, log: t.Logf}
+	err := c.validatePod(context.Background(), "kiln.local/kiln:x", "cluster.local", "m1", 5*time.Minute, 10*time.Second)
+	if err == nil {
+		t.Error("validated with logs that never resolved the name")
+	}
+	if created == nil {
+		t.Fatal("no validation pod created")
+	}
+	if created.Spec.NodeName != "" || created.Spec.NodeSelector[corev1.LabelHostname] != "m1" {
+		t.Errorf("pod node name %q, selector %v; want it scheduled onto m1 only", created.Spec.NodeName, created.Spec.NodeSelector)
+	}
+	if args := strings.Join(created.Spec.Containers[0].Command, " "); !strings.Contains(args, "--retry 5m0s kubernetes.default.svc.cluster.local") {
+		t.Errorf("pod command %q, want cluster DNS retried for 5m0s", args)
 	}
 }
