@@ -65,19 +65,15 @@ func TestForeignMasterIsRefused(t *testing.T) {
 // about 90 min with them (docs/measurements.md).
 func lifecycleAsked() bool { return os.Getenv("KILN_LIFECYCLE") == "1" }
 
-// machinesByName are the scenario's machines that names lists, failing
-// the test when one is not in the topology.
-func machinesByName(t *testing.T, nodes []*clusterVM, names ...string) []*clusterVM {
+// machineNamed is the scenario's machine called name, failing the test
+// when the topology has none.
+func machineNamed(t *testing.T, nodes []*clusterVM, name string) *clusterVM {
 	t.Helper()
-	var out []*clusterVM
-	for _, name := range names {
-		i := slices.IndexFunc(nodes, func(n *clusterVM) bool { return n.Name == name })
-		if i < 0 {
-			t.Fatalf("the lifecycle steps need %s in the topology", name)
-		}
-		out = append(out, nodes[i])
+	i := slices.IndexFunc(nodes, func(n *clusterVM) bool { return n.Name == name })
+	if i < 0 {
+		t.Fatalf("the lifecycle steps need %s in the topology", name)
 	}
-	return out
+	return nodes[i]
 }
 
 // reimageWorker is what an operator does to reprovision a worker (issue
@@ -87,21 +83,21 @@ func machinesByName(t *testing.T, nodes []*clusterVM, names ...string) []*cluste
 func reimageWorker(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, tl *bootTimeline,
 	nodes []*clusterVM, cfgs map[string][]byte, dir, pkiDir string) {
 	t.Helper()
-	w1 := machinesByName(t, nodes, "w1")[0]
+	w1 := machineNamed(t, nodes, "w1")
 	ctx := context.Background()
 	start := time.Now()
 	since := reimage(t, w1, dir, cfgs["w1"])
 	waitDone(t, tl, w1, "joined")
 	eventually(t, "node w1 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "w1", since) })
 	t.Logf("w1 re-imaged: Ready again %s after power-on", time.Since(start).Round(time.Second))
-	checkNodeList(t, tp, seg, pkiDir, "w1's re-imaging")
+	checkNodeList(t, seg, writeSite(t, tp), pkiDir, "w1's re-imaging")
 }
 
 // checkNodeList runs `kiln node list` inside the namespace: it exits 0
 // when it finds nothing wrong with the site's machines.
-func checkNodeList(t *testing.T, tp cluster.Topology, seg *netns.Net, pkiDir, after string) {
+func checkNodeList(t *testing.T, seg *netns.Net, siteFile, pkiDir, after string) {
 	t.Helper()
-	out, err := seg.Command(context.Background(), kilnBinary(t), "node", "list", "-f", writeSite(t, tp), "--pki", pkiDir).CombinedOutput()
+	out, err := seg.Command(context.Background(), kilnBinary(t), "node", "list", "-f", siteFile, "--pki", pkiDir).CombinedOutput()
 	t.Logf("kiln node list:\n%s", out)
 	if err != nil {
 		t.Errorf("kiln node list after %s: %v", after, err)
@@ -116,7 +112,7 @@ func checkNodeList(t *testing.T, tp cluster.Topology, seg *netns.Net, pkiDir, af
 func removeAndReimageMaster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, tl *bootTimeline,
 	nodes []*clusterVM, cfgs map[string][]byte, dir, pkiDir, image string) *clusterVM {
 	t.Helper()
-	m2 := machinesByName(t, nodes, "m2")[0]
+	m2 := machineNamed(t, nodes, "m2")
 	siteFile := writeSite(t, tp)
 	kiln := kilnBinary(t)
 	ctx := context.Background()
@@ -138,7 +134,7 @@ func removeAndReimageMaster(t *testing.T, tp cluster.Topology, seg *netns.Net, k
 	t.Logf("m2 re-imaged: joined and Ready again %s after power-on", time.Since(start).Round(time.Second))
 	checkEtcdVoters(t, tp, seg, cfgs["m1"], []string{"m1", "m2"})
 	checkDiscoveryFrom(t, "w1", tp.Masters(), nil, kube, image)
-	checkNodeList(t, tp, seg, pkiDir, "m2's re-imaging")
+	checkNodeList(t, seg, siteFile, pkiDir, "m2's re-imaging")
 	return m2
 }
 

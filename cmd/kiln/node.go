@@ -109,8 +109,9 @@ can run: a worker has no control-plane image. The pause sandbox and the images
 of the node's static pods come first; then it tells systemd it is ready (the
 kubelet is ordered after it) and imports the add-ons' images. On a boot after
 the first the static pods' images are stamped as imported: it tells systemd at
-once, then checks containerd. It waits up to 5 min for containerd's socket. Up to --parallel
-archives are imported at once (containerd unpacks each on one core).`,
+once, then checks containerd. It waits up to ` + containerdBound.String() + ` for containerd's socket.
+Up to --parallel archives are imported at once (containerd unpacks each on one
+core).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := catalog.Read(root + catalog.Path)
