@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,13 +20,47 @@ import (
 // EchoPrefix starts every echo answer.
 const EchoPrefix = "kiln-echo"
 
-// Resolve looks name up with the system resolver, retrying until bound
-// passes, and reports each failure to progress.
-func Resolve(ctx context.Context, name string, bound time.Duration, progress io.Writer) ([]string, error) {
+// Answer is what a Resolve waits for: every address of Include in the
+// answer and none of Exclude. The zero Answer takes any answer.
+type Answer struct {
+	Include, Exclude []string
+}
+
+// check says what the answer addrs lacks or still holds.
+func (a Answer) check(addrs []string) error {
+	var missing, extra []string
+	for _, want := range a.Include {
+		if !slices.Contains(addrs, want) {
+			missing = append(missing, want)
+		}
+	}
+	for _, gone := range a.Exclude {
+		if slices.Contains(addrs, gone) {
+			extra = append(extra, gone)
+		}
+	}
+	switch {
+	case len(missing) > 0 && len(extra) > 0:
+		return fmt.Errorf("answered %v: lacks %v, still lists %v", addrs, missing, extra)
+	case len(missing) > 0:
+		return fmt.Errorf("answered %v: lacks %v", addrs, missing)
+	case len(extra) > 0:
+		return fmt.Errorf("answered %v: still lists %v", addrs, extra)
+	}
+	return nil
+}
+
+// Resolve looks name up with the system resolver until the answer is
+// the one want describes or bound passes, and reports each failed try
+// to progress. A discovery name follows the apiservers serving, so a
+// caller that expects a set waits here, in one process, for it.
+func Resolve(ctx context.Context, name string, want Answer, bound time.Duration, progress io.Writer) ([]string, error) {
 	var addrs []string
 	err := retry(ctx, bound, progress, "resolving "+name, func(ctx context.Context) (err error) {
-		addrs, err = net.DefaultResolver.LookupHost(ctx, name)
-		return err
+		if addrs, err = net.DefaultResolver.LookupHost(ctx, name); err != nil {
+			return err
+		}
+		return want.check(addrs)
 	})
 	return addrs, err
 }

@@ -48,8 +48,45 @@ func TestGetGivesUpAfterItsBound(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
-	addrs, err := Resolve(context.Background(), "localhost", time.Second, &bytes.Buffer{})
+	addrs, err := Resolve(context.Background(), "localhost", Answer{}, time.Second, &bytes.Buffer{})
 	if err != nil || len(addrs) == 0 {
 		t.Fatalf("localhost: %v %v", addrs, err)
+	}
+}
+
+func TestResolveWaitsForTheAnswerWanted(t *testing.T) {
+	addrs, err := Resolve(context.Background(), "localhost", Answer{}, time.Second, &bytes.Buffer{})
+	if err != nil || len(addrs) == 0 {
+		t.Fatalf("localhost: %v %v", addrs, err)
+	}
+	some := addrs[0]
+	for _, tc := range []struct {
+		name    string
+		want    Answer
+		wantErr string
+	}{
+		{"included", Answer{Include: []string{some}}, ""},
+		{"excluded absent", Answer{Exclude: []string{"192.0.2.1"}}, ""},
+		{"missing", Answer{Include: []string{some, "192.0.2.1"}}, "lacks [192.0.2.1]"},
+		{"still listed", Answer{Exclude: []string{some}}, "still lists [" + some + "]"},
+		{"both", Answer{Include: []string{"192.0.2.1"}, Exclude: []string{some}}, "lacks [192.0.2.1], still lists [" + some + "]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var progress bytes.Buffer
+			start := time.Now()
+			_, err := Resolve(context.Background(), "localhost", tc.want, 3*time.Second, &progress)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "resolving localhost: answered") || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v, want %q", err, tc.wantErr)
+			}
+			if time.Since(start) < 3*time.Second || !strings.Contains(progress.String(), "(retrying)") {
+				t.Errorf("gave up after %s without retrying (progress %q)", time.Since(start), progress.String())
+			}
+		})
 	}
 }

@@ -232,12 +232,18 @@ When it stops it leaves the routes and rules in place for the running pods.`,
 func newCheckCmd() *cobra.Command {
 	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster (the kiln image)"}
 	var retry time.Duration
+	var answer netcheck.Answer
 	dns := &cobra.Command{
 		Use:   "dns NAME",
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
-		Args:  cobra.ExactArgs(1),
+		Long: `Resolve NAME with the pod's resolver and print the addresses.
+
+With --want or --not it retries (within --retry) until the answer holds
+every --want address and no --not address: the discovery name follows
+the apiservers serving, so a check of that set waits here for it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addrs, err := netcheck.Resolve(cmd.Context(), args[0], retry, cmd.ErrOrStderr())
+			addrs, err := netcheck.Resolve(cmd.Context(), args[0], answer, retry, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -263,6 +269,8 @@ func newCheckCmd() *cobra.Command {
 	for _, c := range []*cobra.Command{dns, httpGet} {
 		c.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
 	}
+	dns.Flags().StringSliceVar(&answer.Include, "want", nil, "an address the answer must hold (repeatable)")
+	dns.Flags().StringSliceVar(&answer.Exclude, "not", nil, "an address the answer must not hold (repeatable)")
 	var listen string
 	serve := &cobra.Command{
 		Use:   "serve",
