@@ -10,11 +10,12 @@ import (
 
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/units"
+	"github.com/kiln-project/kiln/nodefile"
 )
 
 // Paths of the agent in the image; docs/architecture.md names them too.
 const (
-	agentBinary    = "/usr/bin/kiln"
+	agentBinary    = nodefile.KilnBinary
 	unitDir        = "/usr/lib/systemd/system"
 	embeddedConfig = "/usr/lib/kiln/config.ign"
 )

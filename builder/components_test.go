@@ -114,17 +114,14 @@ func TestComponentsFromReleaseURLs(t *testing.T) {
 		if !strings.HasPrefix(im.Digest, "sha256:") {
 			t.Errorf("%s: digest %q", im.Role, im.Digest)
 		}
-		// kiln's image stays an archive; the others are in the seed.
-		if im.Role == catalog.Kiln {
-			if _, err := os.Stat(filepath.Join(b.rootfs, im.Archive)); err != nil {
-				t.Errorf("%s: archive %s: %v", im.Role, im.Archive, err)
-			}
-		} else if im.Archive != "" {
+		// Every image is in the seed, kiln's own too: none is left to
+		// import at boot.
+		if im.Archive != "" {
 			t.Errorf("%s: archive %s, want none (seeded)", im.Role, im.Archive)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(b.rootfs, catalog.ArchiveDir)); len(ents) != 1 {
-		t.Errorf("%d archives left in the image, want kiln's only", len(ents))
+	if ents, _ := os.ReadDir(filepath.Join(b.rootfs, catalog.ArchiveDir)); len(ents) != 0 {
+		t.Errorf("%d archives left in the image, want none", len(ents))
 	}
 	if st, err := os.Stat(filepath.Join(b.rootfs, imageseed.Image)); err != nil || st.Size() == 0 {
 		t.Errorf("the seed squashfs: %v", err)

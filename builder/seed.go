@@ -11,21 +11,17 @@ import (
 	"github.com/kiln-project/kiln/imageseed"
 )
 
-// seedImages bakes every image but kiln's own as a ready-made containerd
-// store (imageseed), packed in a squashfs the node mounts, and takes
-// their archives out of the image: a node's first boot then runs its
-// pods without importing them. kiln's image changes with every change to
-// kiln, so it stays an archive the node imports (a rebuild after a kiln
-// change does not make the seed again). The seed squashfs is cached by
+// seedImages bakes every image as a ready-made containerd store
+// (imageseed), packed in a squashfs the node mounts, and takes their
+// archives out of the image: a node's first boot then runs its pods
+// without importing them. kiln's own image holds no kiln (see packKiln),
+// so a change to kiln does not make the seed again. The seed squashfs is cached by
 // its key (containerd and the images): containerd's metadata records
 // the time of the import, so a seed is made once and reused, and a
 // rebuild stays byte-identical.
 func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs map[string]string) error {
 	var seeded []catalog.Image
 	for _, im := range cat.Images {
-		if !inSeed(im) {
-			continue
-		}
 		im.Archive = filepath.Join(b.rootfs, im.Archive)
 		seeded = append(seeded, im)
 	}
@@ -52,9 +48,6 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 		return err
 	}
 	for i, im := range cat.Images {
-		if !inSeed(im) {
-			continue
-		}
 		if err := os.Remove(filepath.Join(b.rootfs, im.Archive)); err != nil {
 			return fmt.Errorf("containerd seed: %w", err)
 		}
@@ -63,9 +56,6 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 	fmt.Fprintf(b.opts.Progress, "    containerd seed %s: %d images (%s)\n", key[:12], len(seeded), how)
 	return nil
 }
-
-// inSeed says whether the seed holds the image: all but kiln's own.
-func inSeed(im catalog.Image) bool { return im.Role != catalog.Kiln }
 
 // makeSeed makes the seed and packs it into the cache, with the spec's
 // squashfs compression and epoch, through a temporary name.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/manifests"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -133,18 +135,21 @@ func PodLogs(ctx context.Context, kube kubernetes.Interface, namespace, selector
 
 // CheckPod is a pod of the kiln image that runs one `kiln check`
 // command (args after "check") and ends, tolerating every taint; on
-// node, when one is named.
+// node, when one is named. It runs the node's kiln
+// (manifests.MountKilnBinary).
 func CheckPod(name, image, node string, args ...string) *corev1.Pod {
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/managed-by": "kiln"}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			NodeName:      node,
 			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{Name: "check", Image: image, ImagePullPolicy: corev1.PullNever,
-				Command: append([]string{"/kiln", "check"}, args...)}},
+				Command: append([]string{manifests.KilnInImage, "check"}, args...)}},
 		},
 	}
+	manifests.MountKilnBinary(&pod.Spec)
+	return pod
 }
 
 // RunPod creates pod (replacing one of the same name), waits within

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/nodefile"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,5 +60,20 @@ func TestPodLogsNamesEachContainer(t *testing.T) {
 	got := PodLogs(context.Background(), fake.NewClientset(pod, other), "kube-system", "k8s-app=kube-dns", 30)
 	if !strings.Contains(got, "--- coredns-1/coredns") || strings.Contains(got, "etcd-g1") {
 		t.Fatalf("PodLogs:\n%s\nwant a section for coredns-1/coredns only", got)
+	}
+}
+
+// A check pod runs the node's kiln: the kiln image holds none.
+func TestCheckPodRunsTheNodesKiln(t *testing.T) {
+	pod := CheckPod("c", "kiln.local/kiln:t", "w1", "dns", "example")
+	c := pod.Spec.Containers[0]
+	if c.Command[0] != manifests.KilnInImage || c.Command[1] != "check" || pod.Spec.NodeName != "w1" {
+		t.Fatalf("command %v on %q", c.Command, pod.Spec.NodeName)
+	}
+	if len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].HostPath == nil || pod.Spec.Volumes[0].HostPath.Path != nodefile.KilnBinary {
+		t.Fatalf("volumes %+v, want the node's kiln", pod.Spec.Volumes)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != manifests.KilnInImage || !c.VolumeMounts[0].ReadOnly {
+		t.Fatalf("mounts %+v, want the node's kiln read-only at %s", c.VolumeMounts, manifests.KilnInImage)
 	}
 }

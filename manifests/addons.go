@@ -157,6 +157,24 @@ func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) 
 	}
 }
 
+// MountKilnBinary gives a pod of the kiln image its program: the node's
+// own kiln binary, read-only at /kiln. The kiln image carries only
+// kiln-net's tools, so it changes with the node's packages, not with
+// every change to kiln: it is in the image's containerd seed, and a first
+// boot imports nothing. Each node runs the kiln it was imaged with, so
+// nodes imaged from different builds share the same DaemonSets.
+func MountKilnBinary(spec *corev1.PodSpec) {
+	kind := corev1.HostPathFile
+	spec.Volumes = append(spec.Volumes, corev1.Volume{
+		Name: "kiln", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: nodefile.KilnBinary, Type: &kind}},
+	})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "kiln", MountPath: KilnInImage, ReadOnly: true})
+}
+
+// KilnInImage is where a pod of the kiln image finds kiln.
+const KilnInImage = "/kiln"
+
 func hostMount(spec *corev1.PodSpec, name, path string, readOnly bool, kind corev1.HostPathType) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{
 		Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}},
@@ -177,6 +195,7 @@ func kilnNet(p Params) []runtime.Object {
 		"--cluster-cidr=" + p.Node.Cluster.PodCIDR}, false)
 	spec := &ds.Spec.Template.Spec
 	spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}}
+	MountKilnBinary(spec)
 	hostMount(spec, "cni", CNIConfDir, false, corev1.HostPathDirectoryOrCreate)
 	hostMount(spec, "xtables-lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate)
 	return []runtime.Object{

@@ -70,6 +70,7 @@ func anchorDaemonSet(p Params, component string) *appsv1.DaemonSet {
 	grace := int64(30)
 	spec := &ds.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
+	MountKilnBinary(spec)
 	anchorMounts(spec, component)
 	return ds
 }

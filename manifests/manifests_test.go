@@ -149,6 +149,37 @@ func TestAddOnsGetTheNodeLocalResolver(t *testing.T) {
 	}
 }
 
+// The kiln image holds no kiln: every pod of it mounts the node's
+// binary, read-only, where its command runs it from; no other pod does.
+func TestKilnImagePodsMountTheNodesKiln(t *testing.T) {
+	specs := podSpecs(AddOns(GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)))
+	kilnPods := 0
+	for name, spec := range specs {
+		c := spec.Containers[0]
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			for _, v := range spec.Volumes {
+				if v.Name == m.Name && v.HostPath != nil && v.HostPath.Path == nodefile.KilnBinary && m.MountPath == KilnInImage && m.ReadOnly {
+					mounted = true
+				}
+			}
+		}
+		isKiln := c.Image == testImages.Kiln
+		if isKiln {
+			kilnPods++
+			if c.Command[0] != KilnInImage {
+				t.Errorf("%s: runs %s, want %s", name, c.Command[0], KilnInImage)
+			}
+		}
+		if mounted != isKiln {
+			t.Errorf("%s (image %s): the node's kiln mounted read-only at %s: %v", name, c.Image, KilnInImage, mounted)
+		}
+	}
+	if kilnPods < 2 {
+		t.Errorf("%d pods of the kiln image, want kiln-net and the anchors", kilnPods)
+	}
+}
+
 // podSpecs are the pod templates of the DaemonSets and Deployments among
 // objs, by workload name.
 func podSpecs(objs []runtime.Object) map[string]corev1.PodSpec {

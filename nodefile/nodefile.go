@@ -30,6 +30,11 @@ const (
 	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
 )
 
+// KilnBinary is where every node image carries the static kiln binary:
+// the agent, and the program the pods of the kiln image run (they mount
+// it from the node, so each node runs the kiln it was imaged with).
+const KilnBinary = "/usr/bin/kiln"
+
 // A node's departure: kiln node remove marks the Node with
 // RemovedAnnotation once its etcd member (if any) is gone; the node's
 // kiln-leave service then records RemovedStamp on the state partition,
