@@ -153,8 +153,8 @@ func CheckPod(name, image, node string, args ...string) *corev1.Pod {
 }
 
 // RunPod creates pod (replacing one of the same name), waits within
-// bound for it to end, and returns it as it ended and its logs; the pod
-// is deleted afterwards.
+// bound for it to end, and returns it as it ended and its logs (each of
+// the three steps within bound); the pod is deleted afterwards.
 func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log Logf) (*corev1.Pod, string, error) {
 	pods := kube.CoreV1().Pods(pod.Namespace)
 	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
@@ -189,9 +189,11 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 		return ended, "", err
 	}
 	// The apiserver fetches logs from the node's kubelet: a busy node or
-	// apiserver fails that now and then, so it is retried too.
+	// apiserver fails that now and then, so it is retried too, within the
+	// caller's bound (a fixed two minutes failed a genesis role whose
+	// apiserver, loaded by a master's join, timed out for longer).
 	var logs []byte
-	err = Wait(ctx, "reading pod "+pod.Name+"'s logs", 2*time.Minute, log, func(ctx context.Context) (err error) {
+	err = Wait(ctx, "reading pod "+pod.Name+"'s logs", bound, log, func(ctx context.Context) (err error) {
 		logs, err = pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		return err
 	})
