@@ -38,12 +38,14 @@ func eventually(t *testing.T, what string, bound time.Duration, check func() err
 	}
 }
 
-// withDockerProbe adds a unit that loads the baked kiln image into Docker
-// (beside containerd 2, which the kubelet uses) and runs it, printing the
-// result and, on failure, Docker's last words to the console.
+// withDockerProbe adds a unit that makes a Docker image of the node's
+// kiln binary (every baked image is in containerd's seed, none is an
+// archive Docker could load) and runs it (Docker beside containerd 2,
+// which the kubelet uses), printing the result and, on failure, Docker's
+// last words to the console.
 func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
-	script := "#!/bin/sh\nout=$( (docker load -i /usr/lib/kiln/images/kiln.tar && docker run --rm --network none " + image +
-		" --version) 2>&1 )\nif echo \"$out\" | grep -q '^kiln version'; then r=ok; else r=failed; fi\n" +
+	script := "#!/bin/sh\nout=$( (tar -C / -c usr/bin/kiln | docker import - kiln-probe:local && docker run --rm --network none kiln-probe:local" +
+		" /usr/bin/kiln --version) 2>&1 )\nif echo \"$out\" | grep -q '^kiln version'; then r=ok; else r=failed; fi\n" +
 		"echo \"probe: docker=$r\" > /dev/ttyS0\n[ $r = ok ] || echo \"$out\" | tail -3 > /dev/ttyS0\n"
 	unit := "[Unit]\nAfter=docker.service kiln-role.service\nRequires=docker.service\n[Service]\nType=oneshot\n" +
 		"ExecStart=/bin/sh /var/lib/kiln/docker-probe.sh\n[Install]\nWantedBy=multi-user.target\n"
