@@ -437,7 +437,6 @@ func (b *build) pack(s ociimage.Spec, role string) (catalog.Image, error) {
 	return catalog.Image{Role: role, Ref: res.Ref, Digest: res.Digest, Archive: dst}, nil
 }
 
-// fileTag is a short content tag for an image made from one file.
 // filesTag is a short tag for an image of files: the hash of each one's
 // path, mode and content.
 func filesTag(files []ociimage.File) (string, error) {
@@ -453,6 +452,7 @@ func filesTag(files []ociimage.File) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:12], nil
 }
 
+// fileTag is a short content tag for an image made from one file.
 func fileTag(p string) (string, error) {
 	data, err := os.ReadFile(p)
 	if err != nil {

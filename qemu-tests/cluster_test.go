@@ -84,7 +84,7 @@ func clusterScenario(t *testing.T, tp cluster.Topology) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cfgs["m1"] = withDockerProbe(t, m1, r.image)
+	r.cfgs["m1"] = withDockerProbe(t, m1)
 	r.bootAll(t)
 	nodes, seg, kube, image, cfgs := r.nodes, r.seg, r.kube, r.image, r.cfgs
 	expectFields(t, waitLine(t, nodes[0].VM, `probe: docker=`), map[string]string{"docker": "ok"})

@@ -50,7 +50,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgs["g1"] = withCPUReport(t, withDockerProbe(t, g1, image))
+	cfgs["g1"] = withCPUReport(t, withDockerProbe(t, g1))
 	disk := filepath.Join(dir, "state.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
 	port, err := cluster.FreePort()

@@ -43,7 +43,7 @@ func eventually(t *testing.T, what string, bound time.Duration, check func() err
 // archive Docker could load) and runs it (Docker beside containerd 2,
 // which the kubelet uses), printing the result and, on failure, Docker's
 // last words to the console.
-func withDockerProbe(t *testing.T, cfg []byte, image string) []byte {
+func withDockerProbe(t *testing.T, cfg []byte) []byte {
 	script := "#!/bin/sh\nout=$( (tar -C / -c usr/bin/kiln | docker import - kiln-probe:local && docker run --rm --network none kiln-probe:local" +
 		" /usr/bin/kiln --version) 2>&1 )\nif echo \"$out\" | grep -q '^kiln version'; then r=ok; else r=failed; fi\n" +
 		"echo \"probe: docker=$r\" > /dev/ttyS0\n[ $r = ok ] || echo \"$out\" | tail -3 > /dev/ttyS0\n"
