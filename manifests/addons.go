@@ -164,23 +164,23 @@ func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) 
 // boot imports nothing. Each node runs the kiln it was imaged with, so
 // nodes imaged from different builds share the same DaemonSets.
 func MountKilnBinary(spec *corev1.PodSpec) {
-	kind := corev1.HostPathFile
-	spec.Volumes = append(spec.Volumes, corev1.Volume{
-		Name: "kiln", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: nodefile.KilnBinary, Type: &kind}},
-	})
-	c := &spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "kiln", MountPath: KilnInImage, ReadOnly: true})
+	hostMountAt(spec, "kiln", nodefile.KilnBinary, KilnInImage, true, corev1.HostPathFile)
 }
 
 // KilnInImage is where a pod of the kiln image finds kiln.
 const KilnInImage = "/kiln"
 
 func hostMount(spec *corev1.PodSpec, name, path string, readOnly bool, kind corev1.HostPathType) {
+	hostMountAt(spec, name, path, path, readOnly, kind)
+}
+
+// hostMountAt mounts the host's path at mountPath in the pod's container.
+func hostMountAt(spec *corev1.PodSpec, name, path, mountPath string, readOnly bool, kind corev1.HostPathType) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{
 		Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}},
 	})
 	c := &spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, ReadOnly: readOnly})
 }
 
 // CNIConfDir is where kiln-net writes the node's conflist.
