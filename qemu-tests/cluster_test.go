@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,7 +151,16 @@ func newClusterRun(t *testing.T, tp cluster.Topology) *clusterRun {
 	for _, m := range tp.Machines {
 		r.nodes = append(r.nodes, &clusterVM{Machine: m})
 	}
-	if r.kube, _, err = cluster.NetnsClient(r.admin, "", r.seg.DialContext); err != nil {
+	// The client's moves are logged while the test runs, not from a
+	// request still in flight after it ended.
+	var ended atomic.Bool
+	t.Cleanup(func() { ended.Store(true) })
+	logMove := func(format string, args ...any) {
+		if !ended.Load() {
+			t.Logf(format, args...)
+		}
+	}
+	if r.kube, err = cluster.FailoverClient(r.admin, tp.MasterIPs(), r.seg.DialContext, logMove); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -687,10 +697,12 @@ func checkDiscoveryFrom(t *testing.T, node string, want, gone []cluster.Machine,
 
 // createEventually retries a create the loaded apiserver times out on;
 // one it took but answered too late for the client is found on the retry
-// (AlreadyExists), so the create counts as done.
+// (AlreadyExists), so the create counts as done. The bound is the pods'
+// own: on a loaded TCG host writes have waited minutes for a two-member
+// etcd whose other member is busy.
 func createEventually(t *testing.T, what string, create func() error) {
 	t.Helper()
-	eventually(t, "creating "+what, 5*time.Minute, func() error {
+	eventually(t, "creating "+what, 10*time.Minute, func() error {
 		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}

@@ -147,6 +147,15 @@ func (tp Topology) Masters() []Machine {
 	return out
 }
 
+// MasterIPs are the masters' addresses, in the topology's order.
+func (tp Topology) MasterIPs() []string {
+	var out []string
+	for _, m := range tp.Masters() {
+		out = append(out, m.IP())
+	}
+	return out
+}
+
 // HasWorker reports whether the named machine is in the topology as a
 // worker.
 func (tp Topology) HasWorker(name string) bool {

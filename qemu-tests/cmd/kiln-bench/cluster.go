@@ -110,7 +110,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 	}()
 	c := &clusterRun{o: o, seg: seg, dir: dir, pkiDir: pkiDir, nodes: clusterNodes(), cfgs: cfgs, floor: floor.took, together: together, r: r}
 	defer powerOff(c.nodes) // before the namespace goes: QEMU runs inside it
-	if c.kube, _, err = cluster.NetnsClient(admin, "", seg.DialContext); err != nil {
+	if c.kube, err = cluster.FailoverClient(admin, cluster.ThreeNodes().MasterIPs(), seg.DialContext, clusterLog); err != nil {
 		return err
 	}
 	if c.masters, err = masterClients(admin, seg.DialContext); err != nil {
