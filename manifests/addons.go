@@ -191,7 +191,7 @@ const CNIConfDir = "/etc/cni/net.d"
 // kilnnet): on the host network, with NET_ADMIN and NET_RAW rather than
 // privileged, and the host's xtables lock shared with kube-proxy.
 func kilnNet(p Params) []runtime.Object {
-	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{"/kiln", "net", "--server", apiServerURL(p),
+	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{KilnInImage, "net", "--server", apiServerURL(p),
 		"--cluster-cidr=" + p.Node.Cluster.PodCIDR}, false)
 	spec := &ds.Spec.Template.Spec
 	spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}}

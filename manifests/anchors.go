@@ -58,7 +58,7 @@ func Anchors(p Params) []runtime.Object {
 			spec.Containers[0].Command = append(spec.Containers[0].Command, "--apply-node-labels")
 		}
 		spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
-			Command: []string{"/kiln", "anchor", "--component", c, "--cleanup", "--timeout", "20s"}}}}
+			Command: []string{KilnInImage, "anchor", "--component", c, "--cleanup", "--timeout", "20s"}}}}
 		objs = append(objs, ds)
 	}
 	return append(objs, anchorDaemonSet(p, DiscoveryAnchor))
@@ -66,7 +66,7 @@ func Anchors(p Params) []runtime.Object {
 
 func anchorDaemonSet(p Params, component string) *appsv1.DaemonSet {
 	ds := daemonSet(p, "kiln-anchor-"+component, "kiln-anchor", p.Images.Kiln,
-		[]string{"/kiln", "anchor", "--component", component, "--server", apiServerURL(p)}, false)
+		[]string{KilnInImage, "anchor", "--component", component, "--server", apiServerURL(p)}, false)
 	grace := int64(30)
 	spec := &ds.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
