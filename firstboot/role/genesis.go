@@ -126,13 +126,21 @@ func (n *Node) recordBootstrapped(context.Context) error {
 	return atomicfile.WriteFile(n.path(manifests.EtcdConfigPath), conf, 0o644, nil)
 }
 
-// waitOwnAPIServer waits for this node's own apiserver to be ready.
+// waitOwnAPIServer waits for this node's own apiserver to be ready. In a
+// cluster that existed before (bootstrapped, or joined, on an earlier
+// boot or phase) the default RBAC objects are in etcd, so the apiserver's
+// hook that reconciles them again is not waited for.
 func (n *Node) waitOwnAPIServer(ctx context.Context) error {
 	c, err := n.client(n.file.Address)
 	if err != nil {
 		return err
 	}
+	var except []string
+	if n.stamped("genesis/bootstrap") || n.stamped("master/etcd-join") {
+		except = append(except, clustercheck.RBACDefaultsHook)
+		n.Log("the cluster has its default RBAC objects: the apiserver is healthy without its %s check", clustercheck.RBACDefaultsHook)
+	}
 	return clustercheck.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
-		return clustercheck.APIServerReady(ctx, c.kube)
+		return clustercheck.APIServerReady(ctx, c.kube, except...)
 	})
 }

@@ -36,7 +36,8 @@ const apiserverTurnBound = 5 * time.Minute
 // restartStages are the stages after etcd of a control plane that existed
 // before this boot: etcd quorum; the apiserver in its turn (the etcd
 // leader's node first, every other master once an apiserver is ready);
-// the controller-manager and scheduler once the local apiserver is ready.
+// the controller-manager and scheduler once the local apiserver is ready
+// (its RBAC defaults' hook aside: the cluster has them).
 // Started all at once after a whole-cluster power cut, they competed for
 // the CPU of machines that were all starting: in the QEMU cluster both
 // apiservers spent minutes in their post-start hooks and one exited when
@@ -51,7 +52,9 @@ const apiserverTurnBound = 5 * time.Minute
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
-		ready: func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, kube) }}
+		ready: func(ctx context.Context) error {
+			return clustercheck.APIServerReady(ctx, kube, clustercheck.RBACDefaultsHook)
+		}}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
