@@ -67,6 +67,10 @@ type failoverTransport struct {
 	f    *failover
 }
 
+// WrappedRoundTripper lets client-go reach the transport underneath
+// (it warns of every timed-out request it cannot cancel otherwise).
+func (t failoverTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
+
 func (t failoverTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.f.mu.Lock()
 	i := t.f.current

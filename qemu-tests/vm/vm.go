@@ -151,9 +151,12 @@ func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Durat
 	}
 }
 
-// Find returns the first line of the current boot's console matching re.
+// Find returns the first complete line (ended by a newline) of the
+// current boot's console matching re: a line QEMU is still writing may
+// match a short pattern before its fields are there (a probe line was
+// read as "probe: boot=0aea5a84-a" once, and every field was missing).
 func (v *VM) Find(re *regexp.Regexp) (string, bool) {
-	for _, l := range v.Lines() {
+	for _, l := range v.lines(true) {
 		if re.MatchString(l) {
 			return l, true
 		}
@@ -163,14 +166,20 @@ func (v *VM) Find(re *regexp.Regexp) (string, bool) {
 
 // Lines returns the current boot's console, line by line, with carriage
 // returns and terminal escapes removed.
-func (v *VM) Lines() []string {
-	f, err := os.Open(v.ConsolePath(v.boot))
+func (v *VM) Lines() []string { return v.lines(false) }
+
+// lines is the current boot's console; completeOnly leaves out a last
+// line not yet ended by a newline.
+func (v *VM) lines(completeOnly bool) []string {
+	b, err := os.ReadFile(v.ConsolePath(v.boot))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	if completeOnly {
+		b = b[:bytes.LastIndexByte(b, '\n')+1]
+	}
 	var out []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		out = append(out, console.Clean(sc.Text()))
