@@ -92,10 +92,11 @@ func bodyEnded(t *testing.T) {
 	}
 }
 
-// waitLine fails the test unless the console shows a line matching re.
+// waitLine fails the test unless the console shows a whole line (its
+// newline written) matching re.
 func waitLine(t *testing.T, v *vm.VM, re string) string {
 	t.Helper()
-	line, err := v.WaitLine(context.Background(), regexp.MustCompile(re), bootTimeout)
+	line, err := v.WaitWholeLine(context.Background(), regexp.MustCompile(re), bootTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,11 +124,24 @@ func (v *VM) Restart() error {
 }
 
 // WaitLine waits until the current boot's console has a line matching re
-// and returns it. It fails when QEMU exits or the timeout passes.
+// and returns it. It fails when QEMU exits or the timeout passes. The
+// line may be one QEMU is still writing, such as a login prompt (which
+// no newline ends).
 func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Duration) (string, error) {
+	return v.waitLine(ctx, re, timeout, false)
+}
+
+// WaitWholeLine is WaitLine for a line a newline has ended: one whose
+// fields are read (a probe line was once matched as
+// "probe: boot=0aea5a84-a", every field missing).
+func (v *VM) WaitWholeLine(ctx context.Context, re *regexp.Regexp, timeout time.Duration) (string, error) {
+	return v.waitLine(ctx, re, timeout, true)
+}
+
+func (v *VM) waitLine(ctx context.Context, re *regexp.Regexp, timeout time.Duration, whole bool) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		if line, ok := v.Find(re); ok {
+		if line, ok := v.find(re, whole); ok {
 			return line, nil
 		}
 		if v.KVM && v.kvmFailed() {
@@ -151,12 +164,13 @@ func (v *VM) WaitLine(ctx context.Context, re *regexp.Regexp, timeout time.Durat
 	}
 }
 
-// Find returns the first complete line (ended by a newline) of the
-// current boot's console matching re: a line QEMU is still writing may
-// match a short pattern before its fields are there (a probe line was
-// read as "probe: boot=0aea5a84-a" once, and every field was missing).
-func (v *VM) Find(re *regexp.Regexp) (string, bool) {
-	for _, l := range v.lines(true) {
+// Find returns the first line of the current boot's console matching
+// re, the one QEMU is still writing included.
+func (v *VM) Find(re *regexp.Regexp) (string, bool) { return v.find(re, false) }
+
+// find is Find; whole leaves out a last line no newline has ended yet.
+func (v *VM) find(re *regexp.Regexp, whole bool) (string, bool) {
+	for _, l := range v.lines(whole) {
 		if re.MatchString(l) {
 			return l, true
 		}
