@@ -37,7 +37,7 @@ const apiserverTurnBound = 5 * time.Minute
 // before this boot: etcd quorum; the apiserver in its turn (the etcd
 // leader's node first, every other master once an apiserver is ready);
 // the controller-manager and scheduler once the local apiserver is ready
-// (its RBAC defaults' hook aside: the cluster has them).
+// (on a join, its RBAC defaults' hook aside: rbacAside).
 // Started all at once after a whole-cluster power cut, they competed for
 // the CPU of machines that were all starting: in the QEMU cluster both
 // apiservers spent minutes in their post-start hooks and one exited when
@@ -53,7 +53,7 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
 		ready: func(ctx context.Context) error {
-			return clustercheck.APIServerReady(ctx, kube, clustercheck.RBACDefaultsHook)
+			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
 		}}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")

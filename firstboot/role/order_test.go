@@ -64,6 +64,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		quorumAfter, readyAfter int    // checks that fail first; -1: never
 		pending                 string // the readiness check that fails; "" is etcd
 		alone                   bool   // the site names no other master
+		joinedNow               bool   // the node's etcd member joined on this boot
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
@@ -73,7 +74,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
-		{name: "only the RBAC defaults' hook pending: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
+		{name: "only the RBAC defaults' hook pending on a join: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, joinedNow: true,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
@@ -137,6 +138,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				n.Wait = time.Minute
 			}
 			n.file, n.cat = mustLoad(t, n)
+			n.joinedNow = tc.joinedNow
 			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
 			if tc.alone {
 				n.file.Masters = n.file.Masters[:1]
@@ -336,5 +338,16 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 				t.Errorf("%d members lead, want %d", leaders, want)
 			}
 		})
+	}
+}
+
+// Only a master that joined on this boot leaves the RBAC defaults' hook
+// out of its readiness: a restored control plane waits for all of it.
+func TestRBACHookAsideOnlyOnAJoin(t *testing.T) {
+	for _, joined := range []bool{false, true} {
+		n := &Node{joinedNow: joined}
+		if got := n.rbacAside(); slices.Contains(got, clustercheck.RBACDefaultsHook) != joined {
+			t.Errorf("joined on this boot %v: checks aside %v", joined, got)
+		}
 	}
 }

@@ -65,6 +65,9 @@ type Node struct {
 	// answering are the addresses of the masters whose etcd answered.
 	answering  []string
 	joinBounds joinBounds
+	// joinedNow: this boot added the node's etcd member to a cluster, so
+	// its apiserver is new beside the cluster's RBAC defaults.
+	joinedNow bool
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
