@@ -19,8 +19,7 @@ import (
 
 // RBACDefaultsHook is the apiserver's readiness check for the post-start
 // hook that reconciles Kubernetes' default roles and bindings, on every
-// start. In a cluster that existed before the apiserver started (a
-// restart, a joining master) they are there already, and the apiserver
+// start. The cluster a master joins has them already, and the apiserver
 // serves with them meanwhile; the hook's 140-odd quorum reads took 4-9
 // minutes on a loaded TCG master whose etcd quorum had a busy peer.
 const RBACDefaultsHook = "poststarthook/rbac/bootstrap-roles"

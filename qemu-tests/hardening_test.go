@@ -11,7 +11,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -38,11 +37,8 @@ func checkHardening(t *testing.T, kube kubernetes.Interface, cfg []byte, base, e
 	})
 	plain := fmt.Sprintf("kiln-plaintext-%d", time.Now().UnixNano())
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "encrypted-at-rest"}, StringData: map[string]string{"value": plain}}
-	eventually(t, "the Secret "+secret.Name+" created", 10*time.Minute, func() error {
+	createEventually(t, "the Secret "+secret.Name, func() error {
 		_, err := kube.CoreV1().Secrets("default").Create(ctx, secret, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil // an earlier try that timed out on the way back
-		}
 		return err
 	})
 	eventually(t, "the Secret read raw from etcd and encrypted", 10*time.Minute, func() error {

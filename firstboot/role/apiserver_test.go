@@ -152,8 +152,8 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	}
 }
 
-// The readiness check kiln leaves out for a cluster that existed before
-// is one the baked apiserver has: a name it did not know would be
+// The readiness check a joining master leaves out is one the baked
+// apiserver has: a name it did not know would be
 // excluded silently, with a warning only in the verbose answer.
 func TestRBACDefaultsHookIsARealAPIServerCheck(t *testing.T) {
 	cp := startRealControlPlane(t)

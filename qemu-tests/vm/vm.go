@@ -168,7 +168,7 @@ func (v *VM) waitLine(ctx context.Context, re *regexp.Regexp, timeout time.Durat
 // re, the one QEMU is still writing included.
 func (v *VM) Find(re *regexp.Regexp) (string, bool) { return v.find(re, false) }
 
-// find is Find; whole leaves out a last line no newline has ended yet.
+// find is Find; whole as in lines.
 func (v *VM) find(re *regexp.Regexp, whole bool) (string, bool) {
 	for _, l := range v.lines(whole) {
 		if re.MatchString(l) {
@@ -182,14 +182,14 @@ func (v *VM) find(re *regexp.Regexp, whole bool) (string, bool) {
 // returns and terminal escapes removed.
 func (v *VM) Lines() []string { return v.lines(false) }
 
-// lines is the current boot's console; completeOnly leaves out a last
-// line not yet ended by a newline.
-func (v *VM) lines(completeOnly bool) []string {
+// lines is the current boot's console; whole leaves out a last line no
+// newline has ended yet.
+func (v *VM) lines(whole bool) []string {
 	b, err := os.ReadFile(v.ConsolePath(v.boot))
 	if err != nil {
 		return nil
 	}
-	if completeOnly {
+	if whole {
 		b = b[:bytes.LastIndexByte(b, '\n')+1]
 	}
 	var out []string
