@@ -118,6 +118,7 @@ func ControllerManager(p Params) *corev1.Pod {
 		{"service-account-private-key-file", pki("sa.key")},
 		{"use-service-account-credentials", "true"},
 		{"controllers", "*,bootstrapsigner,tokencleaner"},
+		{"node-monitor-grace-period", seconds(t.NodeGrace)},
 		{"allocate-node-cidrs", "true"},
 		{"cluster-cidr", c.PodCIDR},
 		{"service-cluster-ip-range", c.ServiceCIDR},

@@ -21,6 +21,13 @@ type Timing struct {
 	// how long a lease holds, how long the leader keeps trying to renew
 	// before it gives up (and exits), and how often candidates retry.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// NodeLease is how long a kubelet's Node lease holds
+	// (nodeLeaseDurationSeconds); the kubelet renews it every quarter of
+	// that. NodeGrace is how long the controller-manager lets a Node go
+	// without a renewal before it marks the Node not ready
+	// (--node-monitor-grace-period), which takes the Node's pods out of
+	// every Service's endpoints and, after five minutes, evicts them.
+	NodeLease, NodeGrace time.Duration
 	// Startup is how long a static pod may take from container start
 	// until its health endpoint first answers before the kubelet
 	// restarts it; the liveness probe only runs after that.
@@ -55,20 +62,26 @@ var timings = map[string]Timing{
 	site.TimingDefault: {
 		EtcdHeartbeat: 100 * time.Millisecond, EtcdElection: 1000 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		NodeLease: 40 * time.Second, NodeGrace: 50 * time.Second,
 		Startup: 5 * time.Minute, Liveness: 80 * time.Second,
 		Housekeeping: 10 * time.Second,
 		EtcdCheck:    2 * time.Second,
 		DNSCheck:     time.Minute,
 	},
 	// Loaded, small or emulated machines: five times etcd's timers (the
-	// election still 10 heartbeats), a lease four times as long, a start
-	// may take 15 min, a running component may fail its health check
-	// for 5 min before it is restarted, and container statistics are
-	// read every 30 s (a kubelet profiled under TCG spent 23% of its CPU
-	// in cAdvisor's housekeeping at 10 s).
+	// election still 10 heartbeats), a leader that keeps its lease
+	// through 100 s of an apiserver that does not answer (at 40 s the
+	// controller-manager of a loaded two-master cluster exited six times
+	// in 30 min, and each start cost minutes without controllers), Node
+	// leases three times as long, a start may take 15 min, a running
+	// component may fail its health check for 5 min before it is
+	// restarted, and container statistics are read every 30 s (a kubelet
+	// profiled under TCG spent 23% of its CPU in cAdvisor's housekeeping
+	// at 10 s).
 	site.TimingSlow: {
 		EtcdHeartbeat: 500 * time.Millisecond, EtcdElection: 5000 * time.Millisecond,
-		LeaseDuration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second,
+		LeaseDuration: 120 * time.Second, RenewDeadline: 100 * time.Second, RetryPeriod: 20 * time.Second,
+		NodeLease: 120 * time.Second, NodeGrace: 180 * time.Second,
 		Startup: 15 * time.Minute, Liveness: 5 * time.Minute,
 		Housekeeping: 30 * time.Second,
 		EtcdCheck:    10 * time.Second,

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -39,6 +40,9 @@ func TestTimingProfilesAreSound(t *testing.T) {
 			{"lease > renew deadline", tm.LeaseDuration > tm.RenewDeadline},
 			{"renew deadline > 1.2 retry periods", tm.RenewDeadline*10 > tm.RetryPeriod*12},
 			{"leader-election timers in whole seconds", tm.LeaseDuration%time.Second == 0 && tm.RenewDeadline%time.Second == 0 && tm.RetryPeriod%time.Second == 0},
+			// A Node is marked not ready only once its lease has run out.
+			{"node grace > node lease", tm.NodeGrace > tm.NodeLease},
+			{"node lease in whole seconds", tm.NodeLease%time.Second == 0 && tm.NodeGrace%time.Second == 0},
 			// A start may take longer than the liveness probe alone allowed (90 s).
 			{"startup > 90s", tm.Startup > 90*time.Second},
 			// The validation pod's DNS check runs in whole seconds (the
@@ -64,6 +68,8 @@ func TestSlowTimingIsMorePatient(t *testing.T) {
 		{"liveness", d.Liveness, s.Liveness},
 		{"etcd check", d.EtcdCheck, s.EtcdCheck},
 		{"DNS check", d.DNSCheck, s.DNSCheck},
+		{"leader's renew deadline", d.RenewDeadline, s.RenewDeadline},
+		{"node grace", d.NodeGrace, s.NodeGrace},
 	} {
 		if c.patient <= c.fast {
 			t.Errorf("%s: slow %s, default %s", c.name, c.patient, c.fast)
@@ -96,28 +102,35 @@ func TestTimingFlags(t *testing.T) {
 		etcd         map[string]string
 		election     map[string]string
 		apiserver    map[string]string
+		nodeGrace    string
+		nodeLease    int32
 	}{
-		{"", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s")},
-		{"default", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s")},
-		{"slow", "genesis", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s"), etcdCheck("10s")},
+		{"", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s"), "50s", 40},
+		{"default", "genesis", map[string]string{"heartbeat-interval": "100", "election-timeout": "1000"}, election("15s", "10s", "2s"), etcdCheck("2s"), "50s", 40},
+		{"slow", "genesis", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("120s", "100s", "20s"), etcdCheck("10s"), "180s", 120},
 		// A joining master renders the same etcd timers as genesis: raft
 		// needs them to match across members.
-		{"slow", "master", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("60s", "40s", "10s"), etcdCheck("10s")},
+		{"slow", "master", map[string]string{"heartbeat-interval": "500", "election-timeout": "5000"}, election("120s", "100s", "20s"), etcdCheck("10s"), "180s", 120},
 	} {
 		n := node("m1", tc.role, "192.168.10.11")
 		n.Cluster.Timing = tc.timing
 		p := GenesisParams(n, testImages)
+		if got := KubeletConfig(p).NodeLeaseDurationSeconds; got != tc.nodeLease {
+			t.Errorf("timing %q, %s: kubelet nodeLeaseDurationSeconds %d, want %d", tc.timing, tc.role, got, tc.nodeLease)
+		}
 		got := etcdSettings(t, p)
 		for k, v := range tc.etcd {
 			if got[k] != v {
 				t.Errorf("timing %q, %s: etcd configuration %s: %q, want %q", tc.timing, tc.role, k, got[k], v)
 			}
 		}
+		cm := maps.Clone(tc.election)
+		cm["node-monitor-grace-period"] = tc.nodeGrace
 		for _, c := range []struct {
 			pod  *corev1.Pod
 			want map[string]string
 		}{
-			{ControllerManager(p), tc.election},
+			{ControllerManager(p), cm},
 			{Scheduler(p), tc.election},
 			{APIServer(p), tc.apiserver},
 		} {
