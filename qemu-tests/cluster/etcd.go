@@ -21,14 +21,16 @@ type EtcdMember struct {
 
 // EtcdMembers lists the members through the etcd at endpoint, with the
 // apiserver's etcd client certificate from a master's config cfg; every
-// connection is made by dial (a netns.Net's DialContext).
+// connection is made by dial (a netns.Net's DialContext). The call may
+// take 30 s: a new connection to a starved member's TLS listener took
+// longer than 15 s after a whole-cluster cut.
 func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial Dialer) ([]EtcdMember, error) {
 	c, err := etcdClient(cfg, endpoint, dial)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r, err := c.MemberList(ctx)
 	if err != nil {
@@ -95,7 +97,7 @@ func EtcdValue(ctx context.Context, cfg []byte, endpoint, key string, dial Diale
 		return nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r, err := c.Get(ctx, key)
 	if err != nil {
