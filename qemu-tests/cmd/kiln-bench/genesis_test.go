@@ -35,3 +35,20 @@ func TestMedianCut(t *testing.T) {
 		})
 	}
 }
+
+// The healthy row's median is its own: run 39's cuts had the apiserver
+// healthy at 214.3, 206.7 and 183.5 s and Ready at 113.4, 127.9 and
+// 124.0 s, and the row showed the Ready-median cut's 183.5 s.
+func TestMedianOfAFigure(t *testing.T) {
+	ms := time.Millisecond
+	cuts := []restore{{n: 1, healthy: 214300 * ms, ready: 113400 * ms}, {n: 2, healthy: 206700 * ms, ready: 127900 * ms}, {n: 3, healthy: 183500 * ms, ready: 124000 * ms}}
+	if got := median(cuts, healthyOf); got != 206700*ms {
+		t.Errorf("median healthy %s, want 206.7s", got)
+	}
+	if got := medianCut(cuts); got.n != 3 {
+		t.Errorf("median Ready is cut %d, want 3", got.n)
+	}
+	if got := median(cuts[:2], healthyOf); got != 206700*ms {
+		t.Errorf("median of two: %s, want the lower 206.7s", got)
+	}
+}
