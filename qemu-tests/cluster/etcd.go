@@ -21,16 +21,14 @@ type EtcdMember struct {
 
 // EtcdMembers lists the members through the etcd at endpoint, with the
 // apiserver's etcd client certificate from a master's config cfg; every
-// connection is made by dial (a netns.Net's DialContext). The call may
-// take 30 s: a new connection to a starved member's TLS listener took
-// longer than 15 s after a whole-cluster cut.
+// connection is made by dial (a netns.Net's DialContext).
 func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial Dialer) ([]EtcdMember, error) {
 	c, err := etcdClient(cfg, endpoint, dial)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, etcdCallBound)
 	defer cancel()
 	r, err := c.MemberList(ctx)
 	if err != nil {
@@ -42,6 +40,11 @@ func EtcdMembers(ctx context.Context, cfg []byte, endpoint string, dial Dialer) 
 	}
 	return out, nil
 }
+
+// etcdCallBound is how long one of the test's etcd calls may take,
+// connection included: a new connection to a starved member's TLS
+// listener took longer than 15 s after a whole-cluster cut.
+const etcdCallBound = 30 * time.Second
 
 // Dialer makes the test's connections (a netns.Net's DialContext, or a
 // plain net.Dialer's for a host port forward).
@@ -97,7 +100,7 @@ func EtcdValue(ctx context.Context, cfg []byte, endpoint, key string, dial Diale
 		return nil, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, etcdCallBound)
 	defer cancel()
 	r, err := c.Get(ctx, key)
 	if err != nil {
