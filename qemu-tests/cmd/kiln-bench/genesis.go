@@ -109,7 +109,7 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	r.add(title, head,
 		row{"power cut: power-on to apiserver healthy", secs(median(cuts, healthyOf)), secs(floor.took), "no config attached: the state partition's copy; " + cutsNote(cuts, healthyOf)},
 		ratioRow("power cut: power-on to node Ready again", mid.ready, floor.took, goalGenesisRestored,
-			"Ready from this boot's kubelet heartbeat; "+cutsNote(cuts, func(c restore) time.Duration { return c.ready })))
+			"Ready from this boot's kubelet heartbeat; "+cutsNote(cuts, readyOf)))
 	r.addTimeline("genesis", "Genesis timeline (the ISO's kernel booted directly, 3 GiB, 2 vCPUs)",
 		floorRow("plain boot of the same ISO, agent masked", floor.console),
 		stepsRow("first boot: bootstrap (config attached, blank disk)", first),
@@ -165,7 +165,7 @@ func genesisPowerCuts(ctx context.Context, n int, v *vm.VM, kube kubernetes.Inte
 // middle one of an even count).
 func medianCut(cuts []restore) restore {
 	sorted := slices.Clone(cuts)
-	slices.SortStableFunc(sorted, func(a, b restore) int { return cmp.Compare(a.ready, b.ready) })
+	slices.SortStableFunc(sorted, func(a, b restore) int { return cmp.Compare(readyOf(a), readyOf(b)) })
 	return sorted[(len(sorted)-1)/2]
 }
 
@@ -182,6 +182,7 @@ func median(cuts []restore, figure func(restore) time.Duration) time.Duration {
 }
 
 func healthyOf(c restore) time.Duration { return c.healthy }
+func readyOf(c restore) time.Duration   { return c.ready }
 
 // cutsNote lists every cut's figure, in the order they ran.
 func cutsNote(cuts []restore, figure func(restore) time.Duration) string {

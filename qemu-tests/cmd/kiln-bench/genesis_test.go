@@ -26,7 +26,7 @@ func TestMedianCut(t *testing.T) {
 			if got := medianCut(cuts); got.n != tc.want {
 				t.Errorf("median is cut %d (%s), want cut %d", got.n, got.ready, tc.want)
 			}
-			if got := cutsNote(cuts, func(c restore) time.Duration { return c.ready }); got != tc.note {
+			if got := cutsNote(cuts, readyOf); got != tc.note {
 				t.Errorf("note %q, want %q", got, tc.note)
 			}
 			if cuts[0].n != 1 {
