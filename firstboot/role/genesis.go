@@ -45,9 +45,14 @@ func (n *Node) genesisPhases() []phase {
 	return []phase{
 		{name: "cluster-absent", runIf: notBootstrapped, run: n.requireNoCluster},
 		{name: "start", run: n.startControlPlane},
+		// The pod CIDR is claimed as soon as the apiserver serves and the
+		// kubelet has registered, before the apiserver's post-start hooks
+		// are done: the agent is in system:masters, so it needs none of the
+		// RBAC defaults, and the CNI file it writes is what the Node's
+		// Ready waits for.
+		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
 		{name: "apiserver", run: n.waitOwnAPIServer},
 		{name: "bootstrap", once: true, run: n.recordBootstrapped},
-		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
 		{name: "add-ons", once: true, run: n.applyAddOns},
 		{name: "label", once: true, run: n.labelSelf},
 		{name: "node-ready", run: n.waitSelfReady},
