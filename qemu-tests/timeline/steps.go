@@ -44,6 +44,10 @@ func Steps() []Step {
 		// The role queued the kubelet's start; the kubelet runs once
 		// kiln-images.service has the static pods' images in.
 		{Name: "kubelet started", Line: regexp.MustCompile(`kiln-firstboot: kubelet started`)},
+		// The CNI file a Node's Ready waits for: written before the
+		// kubelet from the recorded pod CIDR on a later boot, once the
+		// genesis node's Node has claimed one on its first.
+		{Name: "CNI written", Line: regexp.MustCompile(`kiln-firstboot: CNI configuration \S+ written for pod CIDR `)},
 		{Name: "etcd up", Line: regexp.MustCompile(`kiln-firstboot: etcd member [0-9a-f]+ started: after `)},
 		{Name: "etcd promoted", Line: regexp.MustCompile(`kiln-firstboot: etcd member [0-9a-f]+ promoted: after `)},
 		// A control plane that existed before this boot starts its

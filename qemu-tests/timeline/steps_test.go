@@ -86,6 +86,14 @@ func TestExtract(t *testing.T) {
 				{"etcd up", sec(150)}, {"etcd promoted", sec(170)}, {"Ready", sec(400)}, {"role done", sec(401)}},
 		},
 		{
+			name: "genesis writes its CNI file before its apiserver is healthy",
+			lines: lines(
+				29.5, "kiln-firstboot: kubelet started (images are imported into containerd first)",
+				82.7, "kiln-firstboot: CNI configuration /etc/cni/net.d/10-kiln.conflist written for pod CIDR 10.244.0.0/24 (claimed: the first block, before the controller-manager allocates)",
+				98.9, "kiln-firstboot: apiserver healthy on 10.0.2.50: after 16s"),
+			want: []Mark{{"kubelet started", sec(29.5)}, {"CNI written", sec(82.7)}, {"apiserver healthy", sec(98.9)}},
+		},
+		{
 			name:  "no lines, no marks",
 			lines: nil,
 			want:  nil,
