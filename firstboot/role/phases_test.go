@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,5 +74,19 @@ func TestRejectedAnswersAreFinal(t *testing.T) {
 		if errors.Is(got, clustercheck.ErrFinal) != tc.final || !strings.Contains(got.Error(), tc.wantInMsg) {
 			t.Errorf("%v: got %v (final %v), want final=%v with %q", tc.err, got, errors.Is(got, clustercheck.ErrFinal), tc.final, tc.wantInMsg)
 		}
+	}
+}
+
+// The genesis Node's Ready waits only for its CNI file, so the pod CIDR
+// is claimed once the kubelet has started, before the wait for the whole
+// /readyz (its RBAC hook took 1-2 min under TCG).
+func TestGenesisClaimsItsPodCIDRBeforeTheWholeReadyz(t *testing.T) {
+	var names []string
+	for _, p := range (&Node{}).genesisPhases() {
+		names = append(names, p.name)
+	}
+	start, cidr, apiserver := slices.Index(names, "start"), slices.Index(names, "pod-cidr"), slices.Index(names, "apiserver")
+	if start < 0 || cidr < 0 || apiserver < 0 || !(start < cidr && cidr < apiserver) {
+		t.Errorf("genesis phases %v: want start, then pod-cidr, then apiserver", names)
 	}
 }
