@@ -16,20 +16,32 @@ import (
 // conversion of shares to weights): cluster DNS, kube-proxy, kiln-net
 // and the anchors then ran only when the control plane left the CPU
 // idle, and on one-vCPU masters that was minutes after the node was
-// Ready. So every pod asks, and the control plane asks most: etcd,
-// which every write and quorum read of every master waits for, and the
-// apiserver, whose start (its post-start hooks) the add-ons' own starts
-// compete with after a power cut (250m, 200m and 100m are what kubeadm
-// gives the apiserver, the controller-manager and the scheduler).
+// Ready. So every pod asks, and the control plane asks most.
+//
+// etcd asks for the most (weight 14 against the apiserver's 8):
+// every write and quorum read of every master waits for it, and a leader
+// that cannot send its heartbeats within the election timeout loses its
+// quorum. With etcd at 200m beside an apiserver at 250m (weights 8 and
+// 10), a two-master cluster after a whole-cluster power cut (QEMU, one
+// vCPU each) had its leader log "failed to send out heartbeat on time"
+// every few seconds while the apiserver on its machine started; the
+// other member lost the leader again and again, and that apiserver was
+// ready only 7m25s after it started. etcd uses little CPU of its own, so
+// its weight costs the apiserver only the work the apiserver waits for
+// anyway. The apiserver keeps twice the weight of any add-on: after a
+// power cut the add-ons start while its post-start hooks run (at 100m,
+// near their weight, a restored genesis apiserver was ready 20-30 s
+// later than at 250m). The controller-manager and the scheduler gave
+// etcd the rest (100m and 50m).
 //
 // The sum on a master (960m with cluster DNS on it) stays under one
 // CPU, so a one-vCPU node admits every pod; pods of workloads without
 // requests are not refused by it.
 var cpuRequests = map[string]string{
-	"etcd":                                "200m",
-	"kube-apiserver":                      "250m",
-	"kube-controller-manager":             "150m",
-	"kube-scheduler":                      "100m",
+	"etcd":                                "350m",
+	"kube-apiserver":                      "200m",
+	"kube-controller-manager":             "100m",
+	"kube-scheduler":                      "50m",
 	"kiln-node-dns":                       "50m",
 	"coredns":                             "100m", // cluster DNS, as CoreDNS's own deployment asks
 	"kiln-net":                            "30m",

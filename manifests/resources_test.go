@@ -11,7 +11,8 @@ import (
 
 // Every pod kiln runs on a master asks for CPU (none is BestEffort, whose
 // class weighs 1 under contention), etcd and the apiserver ask for more
-// than any add-on, and together they fit a one-vCPU master.
+// than any add-on, etcd for more than any other pod, and together they
+// fit a one-vCPU master.
 func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 	p := GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)
 	files := renderedFiles(t) // the same genesis node's files
@@ -46,6 +47,11 @@ func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 			if c := cpu[cp]; c.Cmp(q) <= 0 {
 				t.Errorf("%s asks for %s, %s for %s: the control plane should weigh more", cp, c.String(), name, q.String())
 			}
+		}
+	}
+	for name, q := range cpu {
+		if e := cpu["etcd"]; name != "etcd" && e.Cmp(q) <= 0 {
+			t.Errorf("etcd asks for %s, %s for %s: etcd, which every master waits for, should weigh most", e.String(), name, q.String())
 		}
 	}
 	if total.Cmp(resource.MustParse("1")) > 0 {
