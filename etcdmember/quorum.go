@@ -13,6 +13,11 @@ import (
 type Refusal struct {
 	Why    string
 	WayOut string
+	// Unanswered: the refusal rests on voting members that did not answer
+	// a status call in time. Such a member may be slow rather than gone
+	// (a starved machine's etcd misses a 5 s status call), so asking
+	// again can lift the refusal; a refusal without it cannot be.
+	Unanswered bool
 }
 
 func (r *Refusal) Error() string { return "refusing: " + r.Why + ". " + r.WayOut }
@@ -92,6 +97,7 @@ func RemovalRefusal(ctx context.Context, e Prober, list []Member, m Member) *Ref
 	case h.nAnswers < quorum(n):
 		down := h.down(0)
 		return &Refusal{
+			Unanswered: true,
 			Why: fmt.Sprintf("etcd has no quorum: %d of %d voting members answer (not answering: %s), and removing member %s needs %d to commit",
 				h.nAnswers, n, strings.Join(down, ", "), Describe(m), quorum(n)),
 			WayOut: fmt.Sprintf("Bring %s back first. If a member is lost for good and the rest cannot reach quorum without it "+
@@ -105,6 +111,7 @@ func RemovalRefusal(ctx context.Context, e Prober, list []Member, m Member) *Ref
 	if after < quorum(n-1) {
 		down := h.down(m.ID)
 		return &Refusal{
+			Unanswered: true,
 			Why: fmt.Sprintf("removing %s would leave etcd without quorum: %d voting members would remain, of which %d answer (not answering: %s; they need %d)",
 				memberName(m), n-1, after, strings.Join(down, ", "), quorum(n-1)),
 			WayOut: fmt.Sprintf("Bring %s back, or remove it first (kiln node remove %s), then remove %s.",

@@ -125,8 +125,9 @@ func TestRemove(t *testing.T) {
 				tc.opts.LeaveTimeout = 50 * time.Millisecond
 			}
 			r := &Remover{Site: parseSite(t, yaml), Kube: cs, Options: tc.opts, PollInterval: 5 * time.Millisecond,
-				Now: func() time.Time { return time.Now() }, // the wait's bound is real; the marks' times are made stable below
-				Log: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }}
+				RetryBound: 100 * time.Millisecond,                 // a dead member's refusal is asked again within it
+				Now:        func() time.Time { return time.Now() }, // the wait's bound is real; the marks' times are made stable below
+				Log:        func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }}
 			var stopped []string
 			if tc.nodeAnswers {
 				w := &leave.Watcher{Kube: cs, Node: tc.remove, Root: t.TempDir(), Interval: 5 * time.Millisecond,
