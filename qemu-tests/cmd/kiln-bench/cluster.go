@@ -263,9 +263,11 @@ func (c *clusterRun) timePowerCut(ctx context.Context) error {
 
 // keepCutLogs writes, for reading where the restart's time went, the
 // masters' etcd and apiserver logs as the apiserver serves them and each
-// machine's journal of this boot, read from its state disk while it
-// runs (a copy, its ext4 journal replayed), into the image's
-// bench-logs/cluster. What cannot be read is reported and skipped.
+// machine's journal of this boot and of the boot before it (the join:
+// where a worker waited minutes for its pod CIDR), read from its state
+// disk while it runs (a copy, its ext4 journal replayed), into the
+// image's bench-logs/cluster. What cannot be read is reported and
+// skipped.
 func (c *clusterRun) keepCutLogs(ctx context.Context) {
 	logs := filepath.Join(c.o.out, "bench-logs", "cluster")
 	var pods []string
@@ -276,7 +278,10 @@ func (c *clusterRun) keepCutLogs(ctx context.Context) {
 	}
 	keepPodLogs(ctx, c.kube, logs, "cut-", pods...)
 	for _, n := range c.nodes {
-		keepJournal(ctx, filepath.Join(c.dir, n.Name+"-state.qcow2"), map[int]string{0: filepath.Join(logs, "cut-"+n.Name+"-journal.log")})
+		keepJournal(ctx, filepath.Join(c.dir, n.Name+"-state.qcow2"), map[int]string{
+			0:  filepath.Join(logs, "cut-"+n.Name+"-journal.log"),
+			-1: filepath.Join(logs, "join-"+n.Name+"-journal.log"),
+		})
 	}
 }
 
