@@ -78,7 +78,8 @@ func (n *Node) registerIfGone(ctx context.Context, pollErr error) {
 	n.skipRegistration, n.reregistered = false, true
 	n.Log("node %s: no Node object in the cluster (deleted while this machine was off?): the kubelet restarts to register it", n.file.Name)
 	if err := atomicfile.WriteFile(n.path(kubeletEnvPath), []byte(n.kubeletEnv()), 0o644, nil); err != nil {
-		n.Log("node %s: writing %s: %v", n.file.Name, kubeletEnvPath, err)
+		n.Log("node %s: writing %s: %v (the next poll tries again)", n.file.Name, kubeletEnvPath, err)
+		n.skipRegistration, n.reregistered = true, false
 		return
 	}
 	if _, err := n.Sys.Run(ctx, "systemctl", "restart", "--no-block", "kubelet.service"); err != nil {
