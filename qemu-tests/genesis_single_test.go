@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
@@ -28,10 +27,7 @@ import (
 // checks are folded into make test's two-node cluster scenario, whose
 // whole-cluster power cut covers this one's; it runs with KILN_CLUSTER=1
 // (make cluster-test CLUSTER_TESTS=TestGenesisBootsAndSurvivesPowerCut)
-// for the paths that one does not take: a client through hostfwd, and a
-// Node deleted through the API before the cut. A restored kubelet does
-// not register its Node; the agent must see the Node gone, have the
-// kubelet register it again and put the master labels back.
+// for the one path that one does not take: a client through hostfwd.
 func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if os.Getenv("KILN_CLUSTER") != "1" {
 		t.Skip("the single-node genesis scenario runs with KILN_CLUSTER=1 (make cluster-test): make test's three-VM cluster scenario holds its checks")
@@ -91,9 +87,6 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.CoreV1().Nodes().Delete(ctx, "g1", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("deleting the Node g1 before the cut: %v", err)
-	}
 	v.PowerCut()
 	v.Ignition = nil
 	restart := time.Now().Add(-5 * time.Second) // the guest clock starts from the host's RTC
@@ -109,17 +102,7 @@ func TestGenesisBootsAndSurvivesPowerCut(t *testing.T) {
 	if err != nil || got.Data["written"] != cm.Data["written"] {
 		t.Fatalf("the ConfigMap after the power cut: %v %v", got, err)
 	}
-	if _, ok := v.Find(mustRe(`kiln-firstboot: node g1: no Node object in the cluster .*: the kubelet restarts to register it`)); !ok {
-		t.Error("boot 2: the agent did not say it had the kubelet register the deleted Node again")
-	}
 	checkOneNode(t, kube, image, restart)
-	node, err := kube.CoreV1().Nodes().Get(ctx, "g1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := node.Labels[manifests.MasterLabel]; !ok {
-		t.Errorf("the Node registered again has no %s label: %v", manifests.MasterLabel, node.Labels)
-	}
 }
 
 // checkOneNode: the node Ready from a heartbeat since, its 13 kube-system

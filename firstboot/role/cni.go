@@ -36,24 +36,16 @@ const PodCIDRRecord = "/var/lib/kiln/pod-cidr"
 var conflistPath = filepath.Join(manifests.CNIConfDir, kilnnet.ConfName)
 
 // selfReady is one poll of this node's own Ready in a node-ready phase.
-// While the node is not Ready it also seeds the CNI configuration (and
-// has a missing Node registered again); once it is, it records the
-// Node's pod CIDR for the next boot and labels a Node registered again.
+// While the node is not Ready it also seeds the CNI configuration; once
+// it is, it records the Node's pod CIDR for the next boot.
 func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 	err := clustercheck.NodeReady(ctx, kube, n.file.Name, n.started)
 	if err != nil {
-		n.registerIfGone(ctx, err)
 		n.seedCNI(ctx, kube)
 		return err
 	}
 	if node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{}); err == nil && node.Spec.PodCIDR != "" {
 		n.recordPodCIDR(node.Spec.PodCIDR)
-	}
-	if n.reregistered {
-		if err := n.relabel(ctx); err != nil {
-			return clustercheck.Final(fmt.Errorf("labelling the Node registered again: %w", err))
-		}
-		n.reregistered = false
 	}
 	return nil
 }

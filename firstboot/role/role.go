@@ -68,13 +68,6 @@ type Node struct {
 	// joinedNow: this boot added the node's etcd member to a cluster, so
 	// its apiserver is new beside the cluster's RBAC defaults.
 	joinedNow bool
-	// skipRegistration: every one-shot phase was done by an earlier boot,
-	// which saw this node's Node Ready, so the kubelet runs with
-	// --register-node=false (registerIfGone turns it back on).
-	skipRegistration bool
-	// reregistered: registerIfGone had the kubelet register a Node that
-	// was gone; its restricted labels are applied once it is Ready.
-	reregistered bool
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
@@ -117,7 +110,6 @@ func (n *Node) Run(ctx context.Context) (Result, error) {
 func (n *Node) runRole(ctx context.Context, role, how string, phases []phase) (Result, error) {
 	if n.allStamped(role, phases) {
 		how = "restored"
-		n.skipRegistration = true
 	}
 	return Result{Role: role, How: how}, n.runPhases(ctx, role, phases)
 }
@@ -174,7 +166,7 @@ func (n *Node) startNode(ctx context.Context, p manifests.Params, hold []string)
 		return ok && slices.Contains(hold, name)
 	})
 	files = append(files,
-		manifests.File{Path: kubeletEnvPath, Content: []byte(n.kubeletEnv())},
+		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(n.kubeletEnv())},
 		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
 	)
 	for _, f := range files {
