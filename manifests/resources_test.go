@@ -40,6 +40,9 @@ func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 		}
 	}
 	for name, q := range cpu {
+		if e := cpu["etcd"]; name != "etcd" && e.Cmp(q) <= 0 {
+			t.Errorf("etcd asks for %s, %s for %s: etcd, which every master waits for, should weigh most", e.String(), name, q.String())
+		}
 		if slices.Contains([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, name) {
 			continue
 		}
@@ -47,11 +50,6 @@ func TestEveryPodAsksForCPUAndAMasterFitsOneCPU(t *testing.T) {
 			if c := cpu[cp]; c.Cmp(q) <= 0 {
 				t.Errorf("%s asks for %s, %s for %s: the control plane should weigh more", cp, c.String(), name, q.String())
 			}
-		}
-	}
-	for name, q := range cpu {
-		if e := cpu["etcd"]; name != "etcd" && e.Cmp(q) <= 0 {
-			t.Errorf("etcd asks for %s, %s for %s: etcd, which every master waits for, should weigh most", e.String(), name, q.String())
 		}
 	}
 	if total.Cmp(resource.MustParse("1")) > 0 {
