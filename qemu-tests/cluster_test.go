@@ -28,6 +28,7 @@ import (
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/gobuild"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodeops"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
@@ -576,12 +577,25 @@ func checkWholeCluster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube k
 }
 
 // checkClusterDNS: a pod on node from resolves the kubernetes Service's
-// name through cluster DNS.
+// name through cluster DNS, once the cluster DNS Service has a ready
+// endpoint (the gate a joining master's agent waits at too), retrying
+// as long as the slow timing profile of the QEMU sites gives the agent's
+// own validation pod. After a whole-cluster cut the endpoint may still be
+// the one from before it, so the retries carry the check: a CI run's pod
+// gave up after a fixed two minutes, and in the two-node scenario on a
+// slow machine the pod needed 2m32s while every agent had said done.
+// What CoreDNS said is in the failure.
 func checkClusterDNS(t *testing.T, kube kubernetes.Interface, image, from string) {
 	t.Helper()
-	pod := clustercheck.CheckPod("dns-check", image, from, "dns", "--retry", "120s", serviceName)
+	ctx := context.Background()
+	eventually(t, "cluster DNS Service with a ready endpoint", clusterSettle, func() error {
+		return clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
+	})
+	retry := manifests.TimingFor(site.TimingSlow).DNSCheck
+	pod := clustercheck.CheckPod("dns-check", image, from, "dns", "--retry", retry.String(), serviceName)
 	if _, logs := runCheckPod(t, kube, pod); !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
-		t.Fatalf("cluster DNS from %s: %q", from, logs)
+		t.Fatalf("cluster DNS from %s: %q\nCoreDNS:\n%s", from, logs,
+			clustercheck.PodLogs(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 20))
 	}
 }
 
