@@ -39,11 +39,12 @@ func newRoleCmd() *cobra.Command {
 		Short: "Make this node what /etc/kiln/node.json says (run by kiln-role.service)",
 		Long: `Do the node's role, after kiln firstboot applied its config.
 
-genesis: refuse if etcd already answers at another master of the site; write the
-control plane's static pods (on the state partition), the node-local CoreDNS and
-the kubelet config; start the kubelet; wait for the apiserver through the
-discovery name; give its own Node the pod network's first block when no Node
-has a pod CIDR yet and write the CNI configuration for it; apply the add-ons
+genesis: refuse if etcd already answers at another master of the site; write
+etcd's and the apiserver's static pods (on the state partition), the node-local
+CoreDNS and the kubelet config; start the kubelet; wait for the apiserver through
+the discovery name; give its own Node the pod network's first block when no Node
+has a pod CIDR yet and write the CNI configuration for it; once the apiserver is
+ready, write the controller-manager's and the scheduler's; apply the add-ons
 (kiln-net CNI, kube-proxy, cluster DNS) by server-side apply; label the node;
 validate with a pod that resolves the kubernetes service and whose logs are
 read back. Later boots bring the control plane back in order: the kubelet
@@ -51,9 +52,11 @@ starts with etcd alone, the apiserver once the local etcd member reads through
 quorum ("waiting for etcd quorum on <address>" every 30 s) and it is this
 master's turn: the master whose etcd member leads starts first, the others once
 another master's apiserver is ready (at most 5 min later), so that after a
-whole-cluster power cut one apiserver at a time runs its start-up hooks; the
-controller-manager and scheduler once the apiserver is ready; then wait for
-Ready. A wait that passes --wait starts the next components anyway.
+whole-cluster power cut one apiserver at a time runs its costly start; the
+controller-manager and scheduler once the apiserver is ready (beside other
+etcd members, both readiness checks leave out the hook that reconciles the
+RBAC defaults the cluster already has); then wait for Ready. A wait that
+passes --wait starts the next components anyway.
 
 Every role records its Node's pod CIDR on the state partition
 (/var/lib/kiln/pod-cidr) and writes the CNI configuration from it before the

@@ -52,6 +52,7 @@ func (n *Node) genesisPhases() []phase {
 		// Ready waits for.
 		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
 		{name: "apiserver", run: n.waitOwnAPIServer},
+		{name: "controllers", once: true, run: n.startControllers},
 		{name: "bootstrap", once: true, run: n.recordBootstrapped},
 		{name: "add-ons", once: true, run: n.applyAddOns},
 		{name: "label", once: true, run: n.labelSelf},
@@ -84,9 +85,10 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 }
 
 // startControlPlane writes the control plane from the membership record,
-// creating a new cluster's record on the first boot. A new cluster's
-// control plane starts all at once; one that existed before (a later
-// boot, or a master whose member just joined) starts in order.
+// creating a new cluster's record on the first boot. A new cluster's etcd
+// and apiserver start at once, its controller-manager and scheduler once
+// the apiserver is ready (phase controllers); one that existed before (a
+// later boot, or a master whose member just joined) starts in order.
 func (n *Node) startControlPlane(ctx context.Context) error {
 	rec, err := etcdmember.Read(n.Root)
 	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == nodefile.RoleGenesis && !n.stamped("genesis/bootstrap") {
@@ -97,8 +99,9 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	if rec.State != etcdmember.StateExisting {
-		return n.startNode(ctx, n.params(rec), nil)
+		return n.startNode(ctx, n.params(rec), controllerPods)
 	}
+	n.etcdPeers = len(rec.Peers) > 1
 	etcd, closeEtcd, err := n.ownEtcd()
 	if err != nil {
 		return err
@@ -109,6 +112,31 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	return n.startInOrder(ctx, n.params(rec), n.restartStages(rec, etcd, kube))
+}
+
+// controllerPods are the static pods that start once their node's
+// apiserver is ready, on every boot.
+var controllerPods = []string{"kube-controller-manager", "kube-scheduler"}
+
+// startControllers writes a new cluster's controller-manager and
+// scheduler once its apiserver is ready, as a control plane that existed
+// starts them (restartStages). Started beside it on a one-vCPU genesis
+// master under TCG, they ran for nothing while the apiserver started (by
+// the time its add-ons were applied the scheduler had used 35 s of CPU
+// with nothing to schedule, the apiserver 3m14s), and in both runs
+// watched the controller-manager exited about 8 min after its start,
+// during the apiserver's RBAC hook; its next start waited out the lease
+// the first had held (2 min under timing slow) before any controller ran.
+func (n *Node) startControllers(context.Context) error {
+	rec, err := etcdmember.Read(n.Root)
+	if err != nil {
+		return err
+	}
+	if err := n.writeStaticPods(n.params(rec), controllerPods); err != nil {
+		return err
+	}
+	n.Log("started %s", strings.Join(controllerPods, ", "))
+	return nil
 }
 
 // recordBootstrapped marks the membership existing once the apiserver
@@ -132,9 +160,9 @@ func (n *Node) recordBootstrapped(context.Context) error {
 }
 
 // waitOwnAPIServer waits for this node's own apiserver to be ready. A
-// master that joined on this boot joined a cluster that has its default
-// RBAC objects, so the apiserver's hook that reconciles them again is not
-// waited for (see rbacAside).
+// control plane that joins or comes back beside other etcd members finds
+// the cluster's RBAC defaults in place, so the apiserver's hook that
+// reconciles them again is not waited for (see rbacAside).
 func (n *Node) waitOwnAPIServer(ctx context.Context) error {
 	c, err := n.client(n.file.Address)
 	if err != nil {
@@ -149,13 +177,21 @@ func (n *Node) waitOwnAPIServer(ctx context.Context) error {
 	})
 }
 
-// rbacAside are the readiness checks a master that joined on this boot
-// does not wait for: the RBAC defaults' hook, which took 4-9 min on a
-// loaded joining master. On a restored boot the whole /readyz is waited
-// for: a restored genesis whose controller-manager and scheduler started
-// beside the hook reached Ready later (117-140 s against 108-110 s).
+// rbacAside are the readiness checks this boot does not wait for: the
+// RBAC defaults' hook, on a master beside other etcd members (one that
+// joins a cluster, or comes back in a multi-master one). The hook
+// reconciles about 150 objects one quorum read at a time, and with a
+// peer to ask each read took about a second on loaded TCG masters: 4-9
+// min on a joining master. In a CI run after a whole-cluster cut, both
+// restored masters' apiservers were healthy 11-13 min after they
+// started, and their controller-manager and scheduler waited all that
+// while. The cluster has those defaults already, and the apiserver
+// serves with them meanwhile. A lone master waits for the whole /readyz:
+// its reads need no peer (the hook takes about 30 s), and a restored
+// genesis whose controller-manager and scheduler started beside the hook
+// reached Ready later (117-140 s against 108-110 s).
 func (n *Node) rbacAside() []string {
-	if n.joinedNow {
+	if n.etcdPeers {
 		return []string{clustercheck.RBACDefaultsHook}
 	}
 	return nil

@@ -164,7 +164,6 @@ func (n *Node) waitImages(ctx context.Context) error {
 }
 
 func (n *Node) etcdJoin(ctx context.Context) error {
-	n.joinedNow = true
 	if len(n.answering) == 0 { // resumed after a power cut mid-join
 		if err := n.waitForCluster(ctx); err != nil {
 			return err

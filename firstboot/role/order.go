@@ -37,7 +37,7 @@ const apiserverTurnBound = 5 * time.Minute
 // before this boot: etcd quorum; the apiserver in its turn (the etcd
 // leader's node first, every other master once an apiserver is ready);
 // the controller-manager and scheduler once the local apiserver is ready
-// (on a join, its RBAC defaults' hook aside: rbacAside).
+// (beside other etcd members, its RBAC defaults' hook aside: rbacAside).
 // Started all at once after a whole-cluster power cut, they competed for
 // the CPU of machines that were all starting: in the QEMU cluster both
 // apiservers spent minutes in their post-start hooks and one exited when
@@ -51,7 +51,7 @@ const apiserverTurnBound = 5 * time.Minute
 // apiserver waits for its etcd to serve.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
-	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: []string{"kube-controller-manager", "kube-scheduler"},
+	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: controllerPods,
 		ready: func(ctx context.Context) error {
 			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
 		}}
@@ -65,8 +65,11 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
-// member leads the cluster, or another master's apiserver is ready. One
-// apiserver at a time runs its post-start hooks, while the machines that
+// member leads the cluster, or another master's apiserver is ready, its
+// RBAC defaults' hook aside (that hook waits on etcd's quorum reads, not
+// on the CPU; in a CI run the leader's apiserver was healthy 13 min
+// after it started, and the other master waited out the turn's bound).
+// One apiserver at a time runs its costly start, while the machines that
 // wait run etcd alone.
 func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
@@ -81,7 +84,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 		m, doubt := firstMaster(ctx, n.otherMasters(), n.apiAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			return clustercheck.APIServerReady(ctx, kube)
+			return clustercheck.APIServerReady(ctx, kube, clustercheck.RBACDefaultsHook)
 		})
 		if doubt != nil {
 			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, clustercheck.OneLine(doubt))

@@ -64,7 +64,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		quorumAfter, readyAfter int    // checks that fail first; -1: never
 		pending                 string // the readiness check that fails; "" is etcd
 		alone                   bool   // the site names no other master
-		joinedNow               bool   // the node's etcd member joined on this boot
+		peered                  bool   // the membership record has m2 beside g1 (a join, a multi-master restart)
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
@@ -74,17 +74,24 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
-		{name: "only the RBAC defaults' hook pending on a join: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, joinedNow: true,
+		{name: "only the RBAC defaults' hook pending beside another etcd member: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, peered: true,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
+		{name: "only the RBAC defaults' hook pending on a lone member: waited for", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
+			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
+				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
 		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
 			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd", "etcd quorum on 10.0.2.50: after",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := nodeRoot(t, "g1")
+			peers := []etcdmember.Peer{{Name: "g1", PeerURL: "https://10.0.2.50:2380"}}
+			if tc.peered {
+				peers = append(peers, etcdmember.Peer{Name: "m2", PeerURL: "https://10.0.2.51:2380"})
+			}
 			if err := etcdmember.Write(root, etcdmember.Membership{Name: "g1", PeerURL: "https://10.0.2.50:2380", State: etcdmember.StateExisting,
-				Peers: []etcdmember.Peer{{Name: "g1", PeerURL: "https://10.0.2.50:2380"}}}); err != nil {
+				Peers: peers}); err != nil {
 				t.Fatal(err)
 			}
 			dir := filepath.Join(root, manifests.StaticPodDir)
@@ -134,11 +141,10 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					}
 					return kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
 				}}
-			if tc.quorumAfter >= 0 {
+			if tc.quorumAfter >= 0 && tc.readyAfter >= 0 { // a wait that gives up does so in a second
 				n.Wait = time.Minute
 			}
 			n.file, n.cat = mustLoad(t, n)
-			n.joinedNow = tc.joinedNow
 			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
 			if tc.alone {
 				n.file.Masters = n.file.Masters[:1]
@@ -170,19 +176,21 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 // node's Wait here, 5 min at most), and then starts its own anyway.
 func TestAPIServerWaitsForItsTurn(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		leads   func(context.Context) (bool, error)
-		m2Ready bool
-		wantLog []string
+		name      string
+		leads     func(context.Context) (bool, error)
+		m2Pending string // the readiness check m2's apiserver fails; "" is none
+		wantLog   []string
 	}{
 		{name: "the etcd leader's node starts first", leads: func(context.Context) (bool, error) { return true, nil },
 			wantLog: []string{"the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
-		{name: "a follower starts once m2's apiserver is ready", leads: func(context.Context) (bool, error) { return false, nil }, m2Ready: true,
+		{name: "a follower starts once m2's apiserver is ready", leads: func(context.Context) (bool, error) { return false, nil },
 			wantLog: []string{"master m2's apiserver is ready: starting this one", "the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
-		{name: "a follower with no apiserver ready starts anyway", leads: func(context.Context) (bool, error) { return false, nil },
+		{name: "m2's RBAC defaults' hook pending is m2 ready", leads: func(context.Context) (bool, error) { return false, nil }, m2Pending: clustercheck.RBACDefaultsHook,
+			wantLog: []string{"master m2's apiserver is ready: starting this one", "started kube-apiserver"}},
+		{name: "a follower with no apiserver ready starts anyway", leads: func(context.Context) (bool, error) { return false, nil }, m2Pending: "etcd",
 			wantLog: []string{"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (master m2 (10.0.2.51): ",
 				"started kube-apiserver"}},
-		{name: "the leader unknown", leads: func(context.Context) (bool, error) { return false, errors.New("status: deadline exceeded") },
+		{name: "the leader unknown", leads: func(context.Context) (bool, error) { return false, errors.New("status: deadline exceeded") }, m2Pending: "etcd",
 			wantLog: []string{"gave up after 1s: the etcd leader unknown: status: deadline exceeded, and no other master's apiserver is ready", "started kube-apiserver"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,8 +204,8 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 			var m2Asked atomic.Int32
 			m2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				m2Asked.Add(1)
-				if !tc.m2Ready {
-					http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+				if tc.m2Pending != "" && !slices.Contains(r.URL.Query()["exclude"], tc.m2Pending) {
+					http.Error(w, "[-]"+tc.m2Pending+" failed", http.StatusInternalServerError)
 					return
 				}
 				fmt.Fprint(w, "ok")
@@ -341,13 +349,14 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 	}
 }
 
-// Only a master that joined on this boot leaves the RBAC defaults' hook
-// out of its readiness: a restored control plane waits for all of it.
-func TestRBACHookAsideOnlyOnAJoin(t *testing.T) {
-	for _, joined := range []bool{false, true} {
-		n := &Node{joinedNow: joined}
-		if got := n.rbacAside(); slices.Contains(got, clustercheck.RBACDefaultsHook) != joined {
-			t.Errorf("joined on this boot %v: checks aside %v", joined, got)
+// A master beside other etcd members (a join, a multi-master restart)
+// leaves the RBAC defaults' hook out of its readiness; a lone control
+// plane waits for all of it.
+func TestRBACHookAside(t *testing.T) {
+	for _, peers := range []bool{false, true} {
+		n := &Node{etcdPeers: peers}
+		if got := n.rbacAside(); slices.Contains(got, clustercheck.RBACDefaultsHook) != peers {
+			t.Errorf("beside other etcd members %v: checks aside %v", peers, got)
 		}
 	}
 }

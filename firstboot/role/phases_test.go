@@ -5,13 +5,17 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/manifests"
 )
 
 // A role cut short resumes at its first unstamped one-shot phase; the
@@ -88,5 +92,43 @@ func TestGenesisClaimsItsPodCIDRBeforeTheWholeReadyz(t *testing.T) {
 	start, cidr, apiserver := slices.Index(names, "start"), slices.Index(names, "pod-cidr"), slices.Index(names, "apiserver")
 	if start < 0 || cidr < 0 || apiserver < 0 || !(start < cidr && cidr < apiserver) {
 		t.Errorf("genesis phases %v: want start, then pod-cidr, then apiserver", names)
+	}
+}
+
+// A new cluster's first boot starts etcd and the apiserver at once and
+// its controller-manager and scheduler only in the controllers phase,
+// once the apiserver is ready and before the add-ons they act on.
+func TestGenesisStartsItsControllersOnceTheAPIServerIsReady(t *testing.T) {
+	var names []string
+	for _, p := range (&Node{}).genesisPhases() {
+		names = append(names, p.name)
+	}
+	apiserver, controllers, addOns := slices.Index(names, "apiserver"), slices.Index(names, "controllers"), slices.Index(names, "add-ons")
+	if apiserver < 0 || !(apiserver < controllers && controllers < addOns) {
+		t.Errorf("genesis phases %v: want apiserver, then controllers, then add-ons", names)
+	}
+
+	root, _ := nodeRoot(t, "g1")
+	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, Log: func(string, ...any) {}}
+	n.file, n.cat = mustLoad(t, n)
+	pods := func() []string {
+		ents, _ := os.ReadDir(filepath.Join(root, manifests.StaticPodDir))
+		var out []string
+		for _, e := range ents {
+			out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+		}
+		return out
+	}
+	if err := n.startControlPlane(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pods(), []string{"etcd", "kiln-node-dns", "kube-apiserver"}; !slices.Equal(got, want) {
+		t.Errorf("static pods after start: %v, want %v", got, want)
+	}
+	if err := n.startControllers(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pods(), []string{"etcd", "kiln-node-dns", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}; !slices.Equal(got, want) {
+		t.Errorf("static pods after controllers: %v, want %v", got, want)
 	}
 }

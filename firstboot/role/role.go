@@ -65,9 +65,11 @@ type Node struct {
 	// answering are the addresses of the masters whose etcd answered.
 	answering  []string
 	joinBounds joinBounds
-	// joinedNow: this boot added the node's etcd member to a cluster, so
-	// its apiserver is new beside the cluster's RBAC defaults.
-	joinedNow bool
+	// etcdPeers: this boot's control plane has other etcd members (its
+	// member joined a cluster, on this boot or before), so its apiserver
+	// starts beside the cluster's RBAC defaults and every quorum read
+	// waits on a peer.
+	etcdPeers bool
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
