@@ -34,7 +34,18 @@ import (
 // Kata; under TCG a nested KVM is of no use, and its module load took
 // seconds of a one-vCPU guest's boot in the cluster bench (agent and
 // kubelet 5-8 s later than without it).
-var TCGKernelArgs = []string{"norandmaps", "modprobe.blacklist=kvm_intel,kvm_amd"}
+//
+// tsc=nowatchdog: under TCG the TSC is the host's clock, but the kernel's
+// clocksource watchdog compares it with the emulated HPET, and a vCPU
+// the host deschedules between the two reads looks like a drifting TSC:
+// a loaded cluster guest marked its TSC unstable 28 min in and fell back
+// to the HPET. Every clock read is then a system call and an emulated
+// device access: time.Now took 13-15 us on the HPET or the ACPI timer
+// against 1.1-1.8 us on the TSC in a one-vCPU guest of this kernel, and
+// a goroutine ping-pong, which reads the clock at every switch, took
+// 1.7-2.3x as long. A guest made slower by load then gets slower still.
+// The TSC's calibration is still refined; only the watchdog is off.
+var TCGKernelArgs = []string{"norandmaps", "modprobe.blacklist=kvm_intel,kvm_amd", "tsc=nowatchdog"}
 
 // directCmdline is a direct boot's command line: the boot entry's, then
 // the VM's own arguments, then under TCG the harness's.

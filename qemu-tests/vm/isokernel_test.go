@@ -82,8 +82,8 @@ func TestDirectCmdline(t *testing.T) {
 		kvm   bool
 		want  string
 	}{
-		{"tcg", nil, false, "root=x norandmaps modprobe.blacklist=kvm_intel,kvm_amd"},
-		{"tcg with the VM's arguments first", []string{"systemd.mask=a.service"}, false, "root=x systemd.mask=a.service norandmaps modprobe.blacklist=kvm_intel,kvm_amd"},
+		{"tcg", nil, false, "root=x norandmaps modprobe.blacklist=kvm_intel,kvm_amd tsc=nowatchdog"},
+		{"tcg with the VM's arguments first", []string{"systemd.mask=a.service"}, false, "root=x systemd.mask=a.service norandmaps modprobe.blacklist=kvm_intel,kvm_amd tsc=nowatchdog"},
 		{"kvm keeps randomisation", []string{"b=c"}, true, "root=x b=c"},
 	}
 	for _, tc := range tests {
