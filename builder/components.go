@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/ociimage"
+	"github.com/kiln-project/kiln/rtexec"
 )
 
 // hostPrograms are the component programs that run on the host, not in a
@@ -77,6 +78,9 @@ func (b *build) installComponents(ctx context.Context) error {
 		}
 		b.binaries = append(b.binaries, digestBytes(dst, data))
 	}
+	if err := b.installRTExec(ctx); err != nil {
+		return err
+	}
 	cat, err := b.packImages(c, programs, archives)
 	if err != nil {
 		return err
@@ -94,6 +98,27 @@ func (b *build) installComponents(ctx context.Context) error {
 	b.images = cat.Images
 	pause, _ := cat.Ref(catalog.Pause)
 	return writeFiles(b.rootfs, append(nodeStackFiles(pause), file{path: catalog.Path, data: string(data), mode: 0o644}))
+}
+
+// installRTExec compiles rt-exec, which etcd's pod runs etcd through
+// under the slow timing profile, and bakes it in at rtexec.Path. It is
+// kiln's own program, so it is built whatever the spec takes from
+// release URLs; being the standard library alone, it needs the Go
+// toolchain and nothing from the module proxy.
+func (b *build) installRTExec(ctx context.Context) error {
+	bins, err := b.goBuild(ctx, gobuild.RTExecTarget())
+	if err != nil {
+		return fmt.Errorf("components: rt-exec: %w", err)
+	}
+	data, err := os.ReadFile(bins["rt-exec"])
+	if err != nil {
+		return fmt.Errorf("components: rt-exec: %w", err)
+	}
+	if err := writeFiles(b.rootfs, []file{{path: rtexec.Path, data: string(data), mode: 0o755}}); err != nil {
+		return err
+	}
+	b.binaries = append(b.binaries, digestBytes(rtexec.Path, data))
+	return nil
 }
 
 // nodeStackFiles configure the runtime for the kubelet: containerd with
@@ -307,12 +332,16 @@ func (b *build) compile(ctx context.Context, nc images.NamedComponent) (gobuild.
 	default:
 		return nil, fmt.Errorf("components: no build for %s", nc.Name)
 	}
-	gb := gobuild.Builder{CacheDir: b.opts.CacheDir, Log: b.opts.Progress}
-	bins, err := gb.Build(ctx, t)
+	bins, err := b.goBuild(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("components.%s: %w", nc.Name, err)
 	}
 	return bins, nil
+}
+
+// goBuild builds a target with the build's cache and progress writer.
+func (b *build) goBuild(ctx context.Context, t gobuild.Target) (gobuild.Binaries, error) {
+	return gobuild.Builder{CacheDir: b.opts.CacheDir, Log: b.opts.Progress}.Build(ctx, t)
 }
 
 // packImages writes an archive for every role no prebuilt archive

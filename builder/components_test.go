@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/imageseed"
 	"github.com/kiln-project/kiln/ociimage"
+	"github.com/kiln-project/kiln/rtexec"
 )
 
 // releaseFixture is what an operator points a spec at instead of the
@@ -105,6 +107,10 @@ func TestComponentsFromReleaseURLs(t *testing.T) {
 		if err != nil || !strings.Contains(string(data), "echo "+prog) {
 			t.Errorf("%s: %q %v", dst, data, err)
 		}
+	}
+	// kiln's own rt-exec is compiled whatever the spec takes from URLs.
+	if data, err := os.ReadFile(filepath.Join(b.rootfs, rtexec.Path)); err != nil || !bytes.HasPrefix(data, []byte("\x7fELF")) {
+		t.Errorf("%s: not an executable (%v)", rtexec.Path, err)
 	}
 	cat, err := catalog.Read(filepath.Join(b.rootfs, catalog.Path))
 	if err != nil {

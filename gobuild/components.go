@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kiln-project/kiln/rtexec"
 )
 
 // EtcdTarget is etcd's server at version (v3.5 and later), stamped
@@ -71,4 +73,11 @@ func ContainerdTarget(version string) Target {
 			fmt.Sprintf("-X %s/version.Package=%s", mod, "github.com/containerd/containerd"),
 		},
 	}
+}
+
+// RTExecTarget is kiln's rt-exec (package rtexec), which runs etcd under
+// the real-time round-robin policy: one main file of the standard library
+// alone, so its build needs nothing from the module proxy.
+func RTExecTarget() Target {
+	return Target{Name: "rt-exec", Version: "v1", Main: map[string]string{"main.go": rtexec.Source}, Cold: "~10 s"}
 }

@@ -33,7 +33,7 @@ import (
 // Target is a set of programs from one module at one version.
 type Target struct {
 	Name     string            // for messages and the cache path, e.g. "kubernetes"
-	Module   string            // e.g. k8s.io/kubernetes
+	Module   string            // e.g. k8s.io/kubernetes; "" for a Main of the standard library alone
 	Version  string            // e.g. v1.37.1
 	Packages []string          // import paths of the main packages
 	Replace  map[string]string // module -> version, pinned in the wrapper
@@ -117,7 +117,11 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 	if t.Cold != "" {
 		cold = " (cold on 2 cores: " + t.Cold + ")"
 	}
-	fmt.Fprintf(b.log(), "%s %s: building %d program(s) from the module proxy%s\n", t.Name, t.Version, len(t.programs()), cold)
+	from := "the module proxy"
+	if t.Module == "" {
+		from = "the standard library alone"
+	}
+	fmt.Fprintf(b.log(), "%s %s: building %d program(s) from %s%s\n", t.Name, t.Version, len(t.programs()), from, cold)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
@@ -165,7 +169,10 @@ func (b Builder) Build(ctx context.Context, t Target) (Binaries, error) {
 // module graph holds them, and the target's Main files.
 func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 	var mod strings.Builder
-	fmt.Fprintf(&mod, "module %s\n\ngo 1.24\n\nrequire %s %s\n", t.modulePath(), t.Module, t.Version)
+	fmt.Fprintf(&mod, "module %s\n\ngo 1.24\n", t.modulePath())
+	if t.Module != "" { // a Main of the standard library alone requires nothing
+		fmt.Fprintf(&mod, "\nrequire %s %s\n", t.Module, t.Version)
+	}
 	for _, m := range slices.Sorted(maps.Keys(t.Replace)) {
 		fmt.Fprintf(&mod, "replace %s => %s %s\n", m, m, t.Replace[m])
 	}

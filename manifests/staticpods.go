@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-project/kiln/discovery"
 	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/rtexec"
 )
 
 // arg is one command-line flag of a component; a list keeps the order
@@ -40,10 +41,20 @@ func ControlPlaneIf(p Params) []*corev1.Pod {
 
 // Etcd is the node's etcd member; its settings (TLS for clients and
 // peers, data on the state partition, the membership) are in the
-// configuration file EtcdConfig renders, so this pod never changes.
+// configuration file EtcdConfig renders, so this pod changes only with
+// the timing profile. Under a profile with EtcdRealtime, etcd starts
+// through the node's rt-exec (mounted from the image) with CAP_SYS_NICE,
+// the capability the real-time policy needs.
 func Etcd(p Params) *corev1.Pod {
+	t := timing(p)
 	pod := staticPod("etcd", p.Images.Etcd, []string{"etcd", "--config-file=" + EtcdConfigPath}, httpProbe("/health?serializable=true", 2381, corev1.URISchemeHTTP))
-	startupProbe(pod, timing(p))
+	startupProbe(pod, t)
+	if t.EtcdRealtime {
+		c := &pod.Spec.Containers[0]
+		c.Command = rtexec.Command(c.Command...)
+		c.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_NICE"}}}
+		mount(pod, "rt-exec", rtexec.Path, true, corev1.HostPathFile)
+	}
 	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
 	mount(pod, "etcd-config", EtcdConfigDir, true, corev1.HostPathDirectory)
 	client, peer := etcdTransport()

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kiln-project/kiln/rtexec"
 	"github.com/kiln-project/kiln/site"
 )
 
@@ -234,6 +235,39 @@ func TestKubeletFlagsFollowTheTiming(t *testing.T) {
 	} {
 		if got := TimingFor(name).KubeletFlags(); len(got) != 1 || got[0] != want {
 			t.Errorf("timing %q: kubelet flags %v, want [%s]", name, got, want)
+		}
+	}
+}
+
+// Under the slow profile etcd starts through rt-exec, mounted from the
+// image, with the capability the real-time policy needs; under the
+// default it is started as it always was.
+func TestEtcdRealtimeUnderSlowTiming(t *testing.T) {
+	for _, tc := range []struct {
+		timing   string
+		wantArgs string
+		wantCaps []corev1.Capability
+	}{
+		{"default", "etcd --config-file=" + EtcdConfigPath, nil},
+		{"slow", rtexec.Path + " -priority 1 -- etcd --config-file=" + EtcdConfigPath, []corev1.Capability{"SYS_NICE"}},
+	} {
+		n := node("m1", "genesis", "192.168.10.11")
+		n.Cluster.Timing = tc.timing
+		pod := Etcd(GenesisParams(n, testImages))
+		c := pod.Spec.Containers[0]
+		if got := strings.Join(c.Command, " "); got != tc.wantArgs {
+			t.Errorf("%s: etcd's command %q, want %q", tc.timing, got, tc.wantArgs)
+		}
+		var caps []corev1.Capability
+		if c.SecurityContext != nil && c.SecurityContext.Capabilities != nil {
+			caps = c.SecurityContext.Capabilities.Add
+		}
+		if !slices.Equal(caps, tc.wantCaps) {
+			t.Errorf("%s: etcd's added capabilities %v, want %v", tc.timing, caps, tc.wantCaps)
+		}
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == rtexec.Path && m.ReadOnly })
+		if mounted != (tc.timing == "slow") {
+			t.Errorf("%s: rt-exec mounted read-only: %v", tc.timing, mounted)
 		}
 	}
 }
