@@ -54,8 +54,8 @@ func withDockerProbe(t *testing.T, cfg []byte) []byte {
 
 // withCPUReport, when KILN_CPU_REPORT is a number of seconds, adds a unit
 // that prints the guest's busiest processes by CPU time used so far to
-// the console at that interval: where a slow boot under TCG spends its
-// time. Off unless asked for.
+// the console at that interval, each with its scheduling class (TS, RR):
+// where a slow boot under TCG spends its time. Off unless asked for.
 func withCPUReport(t *testing.T, cfg []byte) []byte {
 	every := os.Getenv("KILN_CPU_REPORT")
 	if every == "" {
@@ -63,7 +63,7 @@ func withCPUReport(t *testing.T, cfg []byte) []byte {
 	}
 	script := "#!/bin/sh\nwhile sleep " + every + "; do\n" +
 		"  { echo \"cpu-report: up $(cut -d' ' -f1 /proc/uptime)s load $(cut -d' ' -f1-3 /proc/loadavg)\"\n" +
-		"    ps -eo time=,etimes=,comm=,args= --sort=-time | head -14 | cut -c1-150 | sed 's/^/cpu-report: /'; } > /dev/ttyS0\ndone\n"
+		"    ps -eo time=,etimes=,cls=,comm=,args= --sort=-time | head -14 | cut -c1-150 | sed 's/^/cpu-report: /'; } > /dev/ttyS0\ndone\n"
 	unit := "[Unit]\nDescription=kiln test: CPU report\n[Service]\nExecStart=/bin/sh /var/lib/kiln/cpu-report.sh\n" +
 		"[Install]\nWantedBy=multi-user.target\n"
 	return withScriptUnit(t, cfg, "kiln-test-cpu-report.service", unit, "/var/lib/kiln/cpu-report.sh", script)
