@@ -2,6 +2,7 @@ package vm
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -18,4 +19,32 @@ func TestKVMProbe(t *testing.T) {
 	}
 	t.Setenv("KILN_ACCEL", "")
 	t.Logf("KVM usable on this host: %v", probeKVM())
+}
+
+// The probe boots the image's PXE kernel under KILN_OUT when there is
+// one, and only then.
+func TestProbeKernel(t *testing.T) {
+	out := t.TempDir()
+	for _, tc := range []struct {
+		name, out string
+		kernel    bool
+		want      string
+	}{
+		{"KILN_OUT unset", "", false, ""},
+		{"no kernel in the image", out, false, ""},
+		{"the image's PXE kernel", out, true, filepath.Join(out, "pxe", "vmlinuz")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.kernel {
+				os.MkdirAll(filepath.Join(out, "pxe"), 0o755)
+				if err := os.WriteFile(filepath.Join(out, "pxe", "vmlinuz"), []byte("k"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Setenv("KILN_OUT", tc.out)
+			if got := ProbeKernel(); got != tc.want {
+				t.Errorf("ProbeKernel() = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -29,6 +29,10 @@ func main() {
 	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis, cluster")
 	flag.IntVar(&opts.restores, "genesis-restores", 3, "power cuts in a row in the genesis part; it reports the median")
 	flag.Parse()
+	// The KVM probe boots the image's own kernel (vm.ProbeKernel).
+	if os.Getenv("KILN_OUT") == "" {
+		os.Setenv("KILN_OUT", opts.out)
+	}
 	// A first interrupt ends the waits, so the parts still power their
 	// VMs off and the cluster part removes its network namespace; a
 	// second one kills the bench at once.
