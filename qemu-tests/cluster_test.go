@@ -66,20 +66,21 @@ type clusterVM struct {
 // cluster-test and make soak always run the three machines;
 // KILN_SLOW_HOST=1 chooses the two-node site without measuring.
 func TestClusterJoinsAndSurvivesPowerCut(t *testing.T) {
-	tp := cluster.ThreeNodes()
+	var slow string
 	switch {
 	case os.Getenv("KILN_SLOW_HOST") == "1":
-		t.Logf("SLOW HOST: KILN_SLOW_HOST=1: this run boots one master and a worker (the two-node scenario), and no master joins")
-		tp = cluster.TwoNodes()
+		slow = "KILN_SLOW_HOST=1"
 	case os.Getenv("KILN_CLUSTER") != "1":
 		floor := plainBoot(t, outDir(t))
 		t.Logf("host speed: the image's plain boot (1 vCPU, agent masked) reached its login prompt %.1f s after power-on (the three-VM scenario needs at most %s)", floor.Seconds(), slowHostFloor)
-		if tp = topologyFor(floor); len(tp.Masters()) < 2 {
-			t.Logf("SLOW HOST: a plain boot of %.1f s is beyond %s, where two one-vCPU masters need more than the host's two cores: this run boots one master and a worker (the two-node scenario), and no master joins; run make cluster-test on a faster host for the master join",
-				floor.Seconds(), slowHostFloor)
-		}
+		slow = slowHost(floor)
 	}
-	clusterScenario(t, tp)
+	if slow == "" {
+		clusterScenario(t, cluster.ThreeNodes())
+		return
+	}
+	t.Logf("SLOW HOST: %s: this run boots one master and a worker (the two-node scenario), and no master joins; run make cluster-test on a faster host for the master join", slow)
+	clusterScenario(t, cluster.TwoNodes())
 }
 
 // TestTwoNodeClusterSurvivesPowerCut is the same scenario with one master

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/qemu-tests/console"
+	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
 // Step is a point of a boot the console shows.
@@ -73,7 +74,7 @@ func Steps() []Step {
 func FloorSteps() []Step {
 	return []Step{
 		{Name: "kernel started", Line: regexp.MustCompile(`Linux version \d`)},
-		{Name: "login prompt", Line: regexp.MustCompile(`login: `)},
+		{Name: "login prompt", Line: vm.LoginPrompt},
 	}
 }
 

@@ -18,17 +18,9 @@ import (
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
 
-// The console lines a boot is timed to.
-var (
-	doneLine = regexp.MustCompile(`kiln-firstboot: done source=`)
-	// The serial getty's prompt marks the end of a plain boot: systemd's
-	// status lines stop reaching the serial console once the getty owns
-	// it, so "Reached target multi-user.target" is not a usable marker.
-	loginLine = regexp.MustCompile(`login: `)
-)
-
-// maskAgent keeps the agent from running, for the plain-boot floor.
-const maskAgent = "systemd.mask=kiln-firstboot.service"
+// doneLine is the console line a boot with the agent is timed to; a
+// plain boot ends at vm.LoginPrompt.
+var doneLine = regexp.MustCompile(`kiln-firstboot: done source=`)
 
 // benchConfig is a small config: one file and the hostname, so the figure
 // is the agent's own cost, not that of what a config asks for.
@@ -71,7 +63,7 @@ func benchBoots(ctx context.Context, o options, work string, r *report) error {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		fmt.Fprintf(os.Stderr, "== boot: %s, plain\n", p.name)
-		floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), p, true, loginLine)
+		floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), p, true, vm.LoginPrompt)
 		if err != nil {
 			return fmt.Errorf("%s, plain: %w", p.name, err)
 		}
@@ -124,7 +116,7 @@ func nothing() {}
 // agent masked.
 func scenarioPlain(o options, _ string, _ bool) (vm.Config, func(), error) {
 	return vm.Config{Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, ISO: abs(filepath.Join(o.out, "node.iso")),
-		KernelArgs: []string{maskAgent}}, nothing, nil
+		KernelArgs: []string{vm.MaskAgent}}, nothing, nil
 }
 
 func isoBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), error) {
@@ -147,7 +139,7 @@ func agentOrPlain(o options, cfg vm.Config, cmdline func(extra []string) string,
 		}
 		pxe := abs(filepath.Join(o.out, "pxe"))
 		cfg.Kernel, cfg.Initrd = filepath.Join(pxe, "vmlinuz"), filepath.Join(pxe, "initrd.img")
-		cfg.Append = cmdline(append(spec.Kernel.Cmdline, maskAgent))
+		cfg.Append = cmdline(append(spec.Kernel.Cmdline, vm.MaskAgent))
 		return cfg, nil
 	}
 	ign, err := json.Marshal(benchConfig)
@@ -177,7 +169,7 @@ func pxeBoot(fw vm.Firmware) func(options, string, bool) (vm.Config, func(), err
 		}
 		srv, err := vm.ServePXE(abs(filepath.Join(o.out, "pxe")), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
 			if plain {
-				return maskAgent
+				return vm.MaskAgent
 			}
 			return "ignition.config.url=" + p.GuestURL("config.ign") + " " + source.HashArg + "=" + ignition.Hash(ign)
 		})

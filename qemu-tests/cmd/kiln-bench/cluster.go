@@ -79,7 +79,7 @@ func benchCluster(ctx context.Context, o options, work string, r *report) (err e
 		return err
 	}
 	clusterLog("plain boot floor (3 GiB, 1 vCPU)")
-	floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), bootPath{name: "ISO", setup: withShape(scenarioPlain, 3072, 1)}, true, loginLine)
+	floor, err := timeBoot(ctx, o, filepath.Join(dir, "plain"), bootPath{name: "ISO", setup: withShape(scenarioPlain, 3072, 1)}, true, vm.LoginPrompt)
 	if err != nil {
 		return fmt.Errorf("cluster floor: %w", err)
 	}
@@ -502,11 +502,11 @@ func timePlainTogether(ctx context.Context, o options, dir string, nodes []*clus
 	}
 	var last time.Duration
 	for i, v := range vms {
-		if _, err := v.WaitLine(ctx, loginLine, 8*time.Minute); err != nil {
+		if _, err := v.WaitLine(ctx, vm.LoginPrompt, 8*time.Minute); err != nil {
 			return 0, fmt.Errorf("%s's shape: %w (console: %s)", nodes[i].Name, err, v.ConsolePath(v.Boot()))
 		}
 		var at time.Duration
-		if marks := timeline.Extract([]timeline.Step{{Name: "login prompt", Line: loginLine}}, v.Console()); len(marks) == 1 {
+		if marks := timeline.Extract([]timeline.Step{{Name: "login prompt", Line: vm.LoginPrompt}}, v.Console()); len(marks) == 1 {
 			at = marks[0].At
 		}
 		clusterLog("plain boot in %s's shape (%d vCPU, %d MiB), beside the others: login prompt %.1f s after power-on", nodes[i].Name, nodes[i].CPUs, nodes[i].MemoryMiB, at.Seconds())

@@ -52,7 +52,7 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	var floor timedBoot
 	for i := range 2 {
 		fmt.Fprintf(os.Stderr, "== genesis: plain boot floor (%d of 2)\n", i+1)
-		b, err := timeBoot(ctx, o, filepath.Join(dir, fmt.Sprintf("plain-%d", i+1)), bootPath{name: "ISO", setup: scenarioPlain}, true, loginLine)
+		b, err := timeBoot(ctx, o, filepath.Join(dir, fmt.Sprintf("plain-%d", i+1)), bootPath{name: "ISO", setup: scenarioPlain}, true, vm.LoginPrompt)
 		if err != nil {
 			return fmt.Errorf("genesis floor: %w", err)
 		}
