@@ -4,7 +4,8 @@
 # timelines bench/timeline-<part>.svg beside it. Takes about an hour
 # under TCG; set SKIP_COLD=1 to leave out the cold (empty cache) build, and
 # ONLY=genesis (or builds,floor,sizes,boots) to run a part into
-# bench/results-<parts>.md.
+# bench/results-<parts>.md. TIMING=slow runs the genesis part with the
+# slow timing profile (a host whose plain boot takes about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -15,4 +16,5 @@ fi
 args=(-kiln bin/kiln -out "$OUT" -results bench/results.md)
 [[ -n "${ONLY:-}" ]] && args=(-kiln bin/kiln -out "$OUT" -only "$ONLY" -results "bench/results-${ONLY//,/-}.md")
 [[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
+[[ -n "${TIMING:-}" ]] && args+=(-genesis-timing "$TIMING")
 exec go run ./qemu-tests/cmd/kiln-bench "${args[@]}"

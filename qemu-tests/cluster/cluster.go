@@ -48,7 +48,20 @@ cluster:
 // genesis node at 10.0.2.50). With a second master, that master is at the
 // host's address as the guest sees it (10.0.2.2).
 func GenesisSite(withSecondMaster bool) string {
-	s := SiteHead("") + `  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
+	return genesisSite("", withSecondMaster)
+}
+
+// GenesisSiteTimed is the one-master GenesisSite with the cluster's
+// timing profile set (site.TimingDefault leaves the field out).
+func GenesisSiteTimed(timing string) string {
+	if timing == "" || timing == site.TimingDefault {
+		return GenesisSite(false)
+	}
+	return genesisSite("  timing: "+timing+"\n", false)
+}
+
+func genesisSite(extra string, withSecondMaster bool) string {
+	s := SiteHead(extra) + `  - {name: g1, role: genesis, macs: ["52:54:00:00:00:01"], installDisk: /dev/vda, network: {address: 10.0.2.50/24, gateway: 10.0.2.2}}
 `
 	if withSecondMaster {
 		s += "  - {name: m2, role: master, macs: [\"52:54:00:00:00:02\"], installDisk: /dev/vda, network: {address: 10.0.2.2/24, gateway: 10.0.2.3}}\n"

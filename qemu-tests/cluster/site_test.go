@@ -144,3 +144,20 @@ func TestHostGenesisSiteRendersTwoPKIs(t *testing.T) {
 		t.Error("two renders share an etcd CA")
 	}
 }
+
+// The genesis bench's site carries the timing profile it is asked for.
+func TestGenesisSiteTimed(t *testing.T) {
+	for _, timing := range []string{"", site.TimingDefault, site.TimingSlow} {
+		s, err := site.Parse("genesis.yaml", []byte(GenesisSiteTimed(timing)))
+		if err != nil {
+			t.Fatalf("timing %q: %v", timing, err)
+		}
+		want := timing
+		if want == "" {
+			want = site.TimingDefault
+		}
+		if s.Cluster.Timing != want || len(s.Nodes) != 1 {
+			t.Errorf("timing %q: the site has timing %q and %d node(s), want %q and 1", timing, s.Cluster.Timing, len(s.Nodes), want)
+		}
+	}
+}

@@ -24,9 +24,14 @@ import (
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
+	"github.com/kiln-project/kiln/site"
 )
 
 var genesisDone = regexp.MustCompile(`kiln-firstboot: done role=genesis`)
+
+// genesisEnd is the genesis agent's last line, done or failed: a role that
+// gave up does not leave the bench waiting out its bound.
+var genesisEnd = regexp.MustCompile(`kiln-firstboot: (done role=genesis|error: )`)
 
 // Issue 14's goals, as multiples of the plain boot: the node Ready on its
 // first boot, and again after a power cut.
@@ -61,7 +66,7 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 			floor = b
 		}
 	}
-	cfgs, err := cluster.Configs(cluster.GenesisSite(false), filepath.Join(dir, "pki"))
+	cfgs, err := cluster.Configs(cluster.GenesisSiteTimed(o.genesisTiming), filepath.Join(dir, "pki"))
 	if err != nil {
 		return err
 	}
@@ -90,12 +95,12 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	if err != nil {
 		return err
 	}
-	if _, err := v.WaitLine(ctx, genesisDone, 30*time.Minute); err != nil {
-		return fmt.Errorf("genesis: %w (console: %s)", err, v.ConsolePath(v.Boot()))
+	if err := waitGenesisEnd(ctx, v, o.genesisTiming); err != nil {
+		return err
 	}
 	done, first := v.Uptime(), v.Console()
 	head := [3]string{"step", "time", "floor: the faster of two plain boots of the same ISO to the login prompt"}
-	title := "Genesis (the ISO's kernel booted directly, 3 GiB, 2 vCPUs, TCG, `norandmaps`; host polls the apiserver through hostfwd every second)"
+	title := "Genesis (the ISO's kernel booted directly, 3 GiB, 2 vCPUs, TCG, `norandmaps`, `timing: " + o.genesisTiming + "`; host polls the apiserver through hostfwd every second)"
 	r.add(title, head,
 		row{"power-on to apiserver healthy (/readyz ok)", secs(healthy), secs(floor.took), ""},
 		ratioRow("power-on to node Ready", ready, floor.took, goalGenesisReady, ""),
@@ -122,6 +127,23 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 		journals[c.n-len(cuts)] = filepath.Join(logs, fmt.Sprintf("restored-%d-journal.log", c.n))
 	}
 	keepJournal(ctx, disk, journals)
+	return nil
+}
+
+// waitGenesisEnd waits for the genesis role's last line and fails with
+// it when the role gave up.
+func waitGenesisEnd(ctx context.Context, v *vm.VM, timing string) error {
+	line, err := v.WaitLine(ctx, genesisEnd, 30*time.Minute)
+	switch {
+	case err != nil:
+		return fmt.Errorf("genesis: %w (console: %s)", err, v.ConsolePath(v.Boot()))
+	case !genesisDone.MatchString(line):
+		hint := ""
+		if timing == site.TimingDefault {
+			hint = "; on a slow host, try TIMING=slow make bench (-genesis-timing slow)"
+		}
+		return fmt.Errorf("genesis: the role failed: %s (console: %s)%s", strings.TrimSpace(line), v.ConsolePath(v.Boot()), hint)
+	}
 	return nil
 }
 
