@@ -120,8 +120,35 @@ func ServiceReady(ctx context.Context, kube kubernetes.Interface, namespace, nam
 			}
 		}
 	}
-	return fmt.Errorf("service %s/%s: no ready endpoint (%d not ready)", namespace, name, total)
+	return fmt.Errorf("service %s/%s: no ready endpoint (%d not ready)%s", namespace, name, total, endpointWriter(ctx, kube))
 }
+
+// endpointWriter says, for a Service without a ready endpoint, when the
+// controller-manager that writes every Service's endpoints has been
+// restarting: on a slow machine with the default timing profile it lost
+// its leader lease again and again, and the Service stayed empty for as
+// long while its pods ran. It says nothing when the controller-manager
+// runs unrestarted or its pods cannot be read.
+func endpointWriter(ctx context.Context, kube kubernetes.Interface) string {
+	pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "component=" + controllerManager})
+	if err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			last := c.LastTerminationState.Terminated
+			if c.RestartCount == 0 || last == nil {
+				continue
+			}
+			return fmt.Sprintf("; %s, which writes the endpoints, restarted %d time(s) on %s (last exit code %d at %s): "+
+				"if its log says it lost its leader lease, this machine is slow for the site's timing profile (cluster.timing: slow, docs/timing.md)",
+				controllerManager, c.RestartCount, p.Spec.NodeName, last.ExitCode, last.FinishedAt.UTC().Format(time.TimeOnly))
+		}
+	}
+	return ""
+}
+
+const controllerManager = "kube-controller-manager"
 
 // PodLogs is the last lines of every container of the pods in namespace
 // that selector picks, each headed by the pod's name; what cannot be

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
@@ -25,6 +26,20 @@ func slice(service string, ready ...*bool) *discoveryv1.EndpointSlice {
 	return s
 }
 
+// controllerManagerPod is genesis g1's controller-manager mirror pod
+// after restarts restarts, the last one ending with exit code 1.
+func controllerManagerPod(restarts int32) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-g1", Namespace: "kube-system",
+		Labels: map[string]string{"component": "kube-controller-manager"}}, Spec: corev1.PodSpec{NodeName: "g1"}}
+	c := corev1.ContainerStatus{Name: "kube-controller-manager", RestartCount: restarts}
+	if restarts > 0 {
+		c.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1,
+			FinishedAt: metav1.NewTime(time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC))}
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{c}
+	return p
+}
+
 func TestServiceReady(t *testing.T) {
 	yes, no := new(bool), new(bool)
 	*yes = true
@@ -39,6 +54,9 @@ func TestServiceReady(t *testing.T) {
 		{"another service's ready endpoint", []runtime.Object{slice("kube-dns", no), slice("other", yes)}, "(1 not ready)"},
 		{"ready", []runtime.Object{slice("kube-dns", no, yes)}, ""},
 		{"ready unset counts as ready", []runtime.Object{slice("kube-dns", nil)}, ""},
+		{"a restarting controller-manager is named", []runtime.Object{slice("kube-dns"), controllerManagerPod(5)},
+			"(0 not ready); kube-controller-manager, which writes the endpoints, restarted 5 time(s) on g1 (last exit code 1 at 13:00:00)"},
+		{"a steady controller-manager is not", []runtime.Object{slice("kube-dns"), controllerManagerPod(0)}, "(0 not ready)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ServiceReady(context.Background(), fake.NewClientset(tc.objects...), "kube-system", "kube-dns")
