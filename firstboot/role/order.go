@@ -48,15 +48,7 @@ const apiserverTurnBound = 5 * time.Minute
 // A master alone in its site and in its membership record has no turn to
 // wait for: its apiserver starts beside etcd, so the apiserver's own
 // start (most of its CPU on a restart) overlaps etcd's, and the
-// apiserver waits for its etcd to serve. Its node-local DNS starts once
-// etcd answers: only the kubelet needs it (it reaches the apiserver
-// through the discovery name, and this master's apiserver is the only
-// one), and not before that apiserver serves, while the sandboxes and
-// containers of etcd and the apiserver, started together with it, shared
-// the two vCPUs three ways (a restored genesis boot on a slow host: 12 s
-// from the kubelet's first RunPodSandbox to the three sandboxes, 11-16 s
-// more to their containers, the apiserver serving 44 s after its first
-// log line).
+// apiserver waits for its etcd to serve.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: controllerPods,
@@ -64,8 +56,7 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
 		}}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
-		n.Log("the only master of this site: kube-apiserver starts beside etcd, the node-local DNS once etcd answers")
-		quorum.pods = []string{manifests.NodeDNSPod}
+		n.Log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
 	}
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",

@@ -26,7 +26,7 @@ import (
 // podsPresent lists which of the control plane's static pods are in the
 // kubelet's directory, and whether any still holds the last boot's file.
 func podsPresent(root string) (present []string, stale bool) {
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", manifests.NodeDNSPod} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		b, err := os.ReadFile(filepath.Join(root, manifests.StaticPodDir, name+".yaml"))
 		if err == nil {
 			present = append(present, name)
@@ -81,8 +81,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
 		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
-			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd, the node-local DNS once etcd answers",
-				"etcd quorum on 10.0.2.50: after", "started kiln-node-dns",
+			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd", "etcd quorum on 10.0.2.50: after",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +96,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			}
 			dir := filepath.Join(root, manifests.StaticPodDir)
 			os.MkdirAll(dir, 0o755)
-			for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", manifests.NodeDNSPod} {
+			for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				os.WriteFile(filepath.Join(dir, name+".yaml"), []byte("last boot's"), 0o644)
 			}
 			var quorumCalls, readyCalls atomic.Int32
@@ -146,7 +145,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				n.Wait = time.Minute
 			}
 			n.file, n.cat = mustLoad(t, n)
-			atStart, quorumWith := []string{"etcd", manifests.NodeDNSPod}, "quorum with [etcd kiln-node-dns]"
+			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
 			if tc.alone {
 				n.file.Masters = n.file.Masters[:1]
 				atStart, quorumWith = []string{"etcd", "kube-apiserver"}, "quorum with [etcd kube-apiserver]"
@@ -159,11 +158,11 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			}
 			for _, o := range order {
 				if strings.HasPrefix(o, "quorum") && o != quorumWith ||
-					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver kiln-node-dns]" {
+					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" {
 					t.Errorf("%s: out of order (all checks: %q)", o, order)
 				}
 			}
-			if present, stale := podsPresent(root); len(present) != 5 || stale {
+			if present, stale := podsPresent(root); len(present) != 4 || stale {
 				t.Errorf("static pods at the end: %v (the last boot's files left: %v)", present, stale)
 			}
 			wantInOrder(t, log, tc.wantLog)
