@@ -63,7 +63,9 @@ func (bt *bootTimeline) roleDone(t *testing.T, name string, v *vm.VM, role, how 
 	bt.add(name, v)
 	if err != nil {
 		bt.fail(v, err)
-		t.Fatal(err)
+		// The failure recap prints the body's last lines: the agent's
+		// own say what it waited for.
+		t.Fatalf("%v\n%s boot %d, its last agent lines:\n%s", err, v.Name, v.Boot(), agentTail(v, 8))
 	}
 	return line
 }
