@@ -56,11 +56,16 @@ func plainBoot(t *testing.T, out string) time.Duration {
 	t.Helper()
 	dir := filepath.Join(out, "qemu-logs", "host-speed")
 	os.RemoveAll(dir)
-	v := startVM(t, vm.Config{Name: "plain", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true,
+	// Not startVM: its tail, printed when the scenario fails later,
+	// would put this boot's console where the scenario's failure belongs.
+	v, err := vm.Start(vm.Config{Name: "plain", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, KVM: vm.KVMUsable(),
 		MemoryMiB: 3072, CPUs: 1, ISO: filepath.Join(out, "node.iso"), KernelArgs: []string{vm.MaskAgent}})
-	defer v.PowerCut() // the scenario gets the cores; startVM's cleanup stays
-	if _, err := v.WaitLine(context.Background(), vm.LoginPrompt, 5*time.Minute); err != nil {
+	if err != nil {
 		t.Fatalf("the plain boot that measures the host: %v", err)
+	}
+	defer v.PowerCut() // the scenario gets the cores
+	if _, err := v.WaitLine(context.Background(), vm.LoginPrompt, 5*time.Minute); err != nil {
+		t.Fatalf("the plain boot that measures the host: %v\n--- its last lines (%s) ---\n%s", err, v.ConsolePath(v.Boot()), v.Tail(20))
 	}
 	marks := timeline.Extract([]timeline.Step{{Name: "login prompt", Line: vm.LoginPrompt}}, v.Console())
 	if len(marks) == 0 { // the prompt, unended, not yet read back as a line
