@@ -87,7 +87,8 @@ bench: deps bin/kiln
 # three-master lifecycle (m3 lost and removed, the master role moved from
 # m2 to a re-imaged w1, m3 and the genesis m1 re-imaged) and then
 # SOAK_CUTS (default 5) whole-cluster power cuts in a row; SOAK_TESTS
-# picks other scenarios (scripts/soak.sh).
+# picks other scenarios, SOAK_CORES holds the run to fewer cores (a slower
+# host), SOAK_HOST=slow takes make test's slow-host path (scripts/soak.sh).
 soak: image
 	bash scripts/soak.sh
 
