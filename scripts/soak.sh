@@ -29,19 +29,19 @@ TESTS=${SOAK_TESTS:-TestThreeMastersSoak}
 # it (so the test and every VM it starts); prints the cgroup's directory.
 quota_cgroup() {
 	local cores=$1 dir period=20000 quota
-	quota=$(awk -v c="$cores" 'BEGIN { q = int(c * 20000); if (q < 1000) exit 1; print q }') ||
+	quota=$(awk -v c="$cores" -v p=$period 'BEGIN { q = int(c * p); if (q < 1000) exit 1; print q }') ||
 		{ echo "soak: SOAK_CORES=$cores: want a number of cores of at least 0.05" >&2; exit 2; }
 	if [[ -d /sys/fs/cgroup/cpu && -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
 		dir=/sys/fs/cgroup/cpu/kiln-soak-$$
-		mkdir "$dir" && echo $period >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+		mkdir "$dir" && echo $period >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us" || exit 2
 	elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
 		dir=/sys/fs/cgroup/kiln-soak-$$
-		mkdir "$dir" && echo "$quota $period" >"$dir/cpu.max"
+		mkdir "$dir" && echo "$quota $period" >"$dir/cpu.max" || exit 2
 	else
 		echo "soak: SOAK_CORES needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max); neither is here" >&2
 		exit 2
 	fi
-	echo $$ >"$dir/cgroup.procs"
+	echo $$ >"$dir/cgroup.procs" || exit 2
 	echo "$dir"
 }
 
