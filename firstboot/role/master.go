@@ -11,20 +11,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
 // masterPhases join the control plane: wait until a master of the site
-// answers, its cluster has settled (a master's Node Ready, cluster DNS
-// serving) and the
-// node's images are in, join etcd as a learner and get promoted, and only
-// then start the apiserver, controller-manager and scheduler; the anchors
-// take over once the node carries the master label.
+// answers, start the kubelet (it registers the Node through that
+// cluster while the join waits), wait until the cluster has settled (a
+// master's Node Ready, cluster DNS serving) and the node's images are
+// in, join etcd as a learner and get promoted, and only then start the
+// apiserver, controller-manager and scheduler; the anchors take over
+// once the node carries the master label.
 func (n *Node) masterPhases() []phase {
 	notJoined := func() bool { return !n.stamped("master/etcd-join") }
 	return []phase{
 		{name: "wait-cluster", runIf: notJoined, run: n.waitForCluster},
+		{name: "kubelet", runIf: notJoined, run: n.startKubeletBeforeJoin},
 		{name: "wait-settled", runIf: notJoined, run: n.waitSettled},
 		{name: "images", runIf: notJoined, run: n.waitImages},
 		{name: "etcd-join", once: true, run: n.etcdJoin},
@@ -68,6 +71,22 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 	})
 }
 
+// beforeJoin are the static pods a master holds back until its etcd
+// member is added: etcd needs the member list the add returns, and the
+// rest need etcd.
+var beforeJoin = append([]string{"etcd"}, afterPromotion...)
+
+// startKubeletBeforeJoin starts the kubelet with the node-local DNS and
+// no control-plane pod, as kubeadm's join starts it before its etcd
+// member: the Node registers through the cluster that answered, gets
+// its pod CIDR and its DaemonSet pods (kiln-net, kube-proxy) while the
+// join waits for the cluster to settle, instead of after it. The anchors
+// select the master label, which the node gets only once its own
+// apiserver serves. The etcd-join phase hands this kubelet etcd's pod.
+func (n *Node) startKubeletBeforeJoin(ctx context.Context) error {
+	return n.startNode(ctx, n.params(etcdmember.Membership{}), beforeJoin)
+}
+
 // waitSettled waits, saying so every 30 s, until a master that answered
 // serves the API, its Node is Ready and cluster DNS has a ready endpoint:
 // the cluster has finished its own bootstrap. A member added before that
@@ -84,8 +103,13 @@ func (n *Node) waitSettled(ctx context.Context) error {
 			masters = append(masters, m)
 		}
 	}
+	kubelet, _ := n.kubeletClient() // nil: no CNI seeding while waiting
 	return clustercheck.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", n.Wait, n.Log, func(ctx context.Context) error {
-		return firstSettledMaster(ctx, masters, n.apiAt)
+		err := firstSettledMaster(ctx, masters, n.apiAt)
+		if err != nil && kubelet != nil {
+			n.seedCNI(ctx, kubelet) // the Node is Ready once it has its pod CIDR
+		}
+		return err
 	})
 }
 

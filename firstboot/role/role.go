@@ -156,14 +156,17 @@ func (n *Node) params(m etcdmember.Membership) manifests.Params {
 var afterPromotion = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
 // startNode writes the node's files (kubelet config and environment,
-// static pods but those named in hold, node-local DNS, the host
-// resolver) and starts the kubelet.
+// static pods but those named in hold, etcd's configuration unless etcd
+// is held, node-local DNS, the host resolver) and starts the kubelet.
 func (n *Node) startNode(ctx context.Context, p manifests.Params, hold []string) error {
 	files, err := manifests.Files(p)
 	if err != nil {
 		return err
 	}
 	files = slices.DeleteFunc(files, func(f manifests.File) bool {
+		if f.Path == manifests.EtcdConfigPath {
+			return slices.Contains(hold, "etcd") // no membership to render yet
+		}
 		name, ok := staticPodName(f)
 		return ok && slices.Contains(hold, name)
 	})

@@ -144,7 +144,8 @@ func pointMastersAtLoopback(t *testing.T, root string) {
 
 // A genesis node whose site's other master already runs etcd never
 // bootstraps a second cluster: it turns to the master join, says so,
-// and writes nothing before the join has a member list.
+// and starts its kubelet with no control-plane pod: nothing of etcd is
+// written before the join has a member list.
 func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	root, files := nodeRoot(t, "g1")
 	pointMastersAtLoopback(t, root)
@@ -164,11 +165,15 @@ func TestGenesisJoinsWhenAnotherMastersEtcdAnswers(t *testing.T) {
 	if !slices.Contains(log, "genesis: cluster already exists (m2 answers); joining as a master") {
 		t.Errorf("console: %q", log)
 	}
-	if !slices.Equal(sys.calls, []string{"systemctl is-active kiln-images.service"}) {
-		t.Errorf("a genesis node of an existing cluster ran %v, want only the look at its images", sys.calls)
+	if want := []string{"systemctl start --no-block kubelet.service", "systemctl is-active kiln-images.service"}; !slices.Equal(sys.calls, want) {
+		t.Errorf("a genesis node of an existing cluster ran %v, want %v", sys.calls, want)
 	}
-	if _, err := os.Stat(filepath.Join(root, manifests.StaticPodDir)); !os.IsNotExist(err) {
-		t.Errorf("a genesis node of an existing cluster wrote static pods (%v)", err)
+	pods, _ := filepath.Glob(filepath.Join(root, manifests.StaticPodDir, "*.yaml"))
+	if want := []string{filepath.Join(root, manifests.StaticPodDir, "kiln-node-dns.yaml")}; !slices.Equal(pods, want) {
+		t.Errorf("a genesis node of an existing cluster wrote static pods %v before its etcd join, want only %v", pods, want)
+	}
+	if _, err := os.Stat(filepath.Join(root, manifests.EtcdConfigPath)); !os.IsNotExist(err) {
+		t.Errorf("a genesis node of an existing cluster wrote etcd's configuration before its join (%v)", err)
 	}
 }
 
