@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -195,4 +197,76 @@ func findNode(nodes []corev1.Node, name string) *corev1.Node {
 		}
 	}
 	return nil
+}
+
+// givePodCIDRs gives every Node registered without a pod CIDR the lowest
+// block of the pod network no Node has, when no controller-manager has run
+// in the cluster yet: a new cluster's genesis node does it just before it
+// starts its controller-manager. The allocator lists the Nodes when it
+// starts and takes their blocks as occupied, so a block given here is
+// never given twice; before it, a joining master and a worker that
+// registered while the genesis node started waited about 40 s more
+// under TCG for the controller-manager to elect itself, sync and
+// allocate, and were Ready only then. It returns what it gave, by Node.
+func givePodCIDRs(ctx context.Context, kube kubernetes.Interface, cluster netip.Prefix) (map[string]string, error) {
+	if _, err := kube.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, controllerManagerLease, metav1.GetOptions{}); err == nil {
+		return nil, nil // a controller-manager has run: the allocator's choice stands
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, nd := range nodes.Items {
+		for _, c := range nd.Spec.PodCIDRs {
+			used[c] = true
+		}
+		used[nd.Spec.PodCIDR] = true
+	}
+	bits := site.NodePodBits(cluster.Addr())
+	given := map[string]string{}
+	next := 0
+	for _, nd := range nodes.Items {
+		if nd.Spec.PodCIDR != "" {
+			continue
+		}
+		var block string
+		for ; block == "" || used[block]; next++ {
+			b, ok := nthBlock(cluster, bits, next)
+			if !ok {
+				return given, fmt.Errorf("the pod network %s has no free /%d block for node %s", cluster, bits, nd.Name)
+			}
+			block = b.String()
+		}
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
+		if _, err := kube.CoreV1().Nodes().Patch(ctx, nd.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner}); err != nil {
+			return given, fmt.Errorf("giving pod CIDR %s to node %s: %w", block, nd.Name, err)
+		}
+		used[block], given[nd.Name] = true, block
+	}
+	return given, nil
+}
+
+// controllerManagerLease is the leader-election lease every
+// kube-controller-manager of the cluster takes before its controllers run.
+const controllerManagerLease = "kube-controller-manager"
+
+// nthBlock is the i-th /bits block of cluster, false past its end.
+func nthBlock(cluster netip.Prefix, bits, i int) (netip.Prefix, bool) {
+	size := cluster.Addr().BitLen()
+	if i < 0 || bits < cluster.Bits() || bits > size || bits-cluster.Bits() < 63 && i >= 1<<(bits-cluster.Bits()) {
+		return netip.Prefix{}, false
+	}
+	a := cluster.Masked().Addr().As16()
+	v := new(big.Int).SetBytes(a[:])
+	v.Add(v, new(big.Int).Lsh(big.NewInt(int64(i)), uint(size-bits)))
+	var out [16]byte
+	v.FillBytes(out[:])
+	addr := netip.AddrFrom16(out)
+	if cluster.Addr().Is4() {
+		addr = addr.Unmap()
+	}
+	return netip.PrefixFrom(addr, bits), true
 }

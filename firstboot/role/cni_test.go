@@ -2,13 +2,18 @@ package role
 
 import (
 	"context"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kiln-project/kiln/kilnnet"
@@ -174,5 +179,54 @@ func checkConflist(t *testing.T, path string, want []byte) {
 	}
 	if string(got) != string(want) {
 		t.Errorf("conflist %q, want %q (%v)", got, want, err)
+	}
+}
+
+// Until a controller-manager has run, the genesis node gives each Node
+// registered without a pod CIDR the lowest block no Node has; once one
+// has run (its lease exists) the allocator's choice stands.
+func TestGivePodCIDRs(t *testing.T) {
+	node := func(name, cidr string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: controllerManagerLease, Namespace: metav1.NamespaceSystem}}
+	for _, tc := range []struct {
+		name    string
+		network string
+		objects []runtime.Object
+		want    map[string]string
+		wantErr string
+	}{
+		{"the joiners get the blocks after the genesis node's", "10.244.0.0/16",
+			[]runtime.Object{node("m1", "10.244.0.0/24"), node("m2", ""), node("w1", "")},
+			map[string]string{"m2": "10.244.1.0/24", "w1": "10.244.2.0/24"}, ""},
+		{"a block in use is skipped", "10.244.0.0/16",
+			[]runtime.Object{node("m1", "10.244.0.0/24"), node("m2", ""), node("m3", "10.244.1.0/24")},
+			map[string]string{"m2": "10.244.2.0/24"}, ""},
+		{"IPv6: /64 blocks", "fd00:10:244::/56",
+			[]runtime.Object{node("m1", "fd00:10:244::/64"), node("w1", "")},
+			map[string]string{"w1": "fd00:10:244:1::/64"}, ""},
+		{"a controller-manager has run: nothing given", "10.244.0.0/16",
+			[]runtime.Object{lease, node("m1", "10.244.0.0/24"), node("w1", "")}, map[string]string{}, ""},
+		{"the network is full", "10.244.0.0/23",
+			[]runtime.Object{node("m1", "10.244.0.0/24"), node("m2", "10.244.1.0/24"), node("w1", "")},
+			map[string]string{}, "the pod network 10.244.0.0/23 has no free /24 block for node w1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := fake.NewClientset(tc.objects...)
+			given, err := givePodCIDRs(context.Background(), kube, netip.MustParsePrefix(tc.network))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+			if !maps.Equal(given, tc.want) {
+				t.Errorf("given %v, want %v", given, tc.want)
+			}
+			for name, cidr := range tc.want {
+				nd, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+				if err != nil || nd.Spec.PodCIDR != cidr || !slices.Equal(nd.Spec.PodCIDRs, []string{cidr}) {
+					t.Errorf("node %s afterwards: podCIDR %q podCIDRs %v (%v), want %s", name, nd.Spec.PodCIDR, nd.Spec.PodCIDRs, err, cidr)
+				}
+			}
+		})
 	}
 }

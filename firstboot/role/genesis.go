@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kiln-project/kiln/clustercheck"
@@ -127,16 +132,45 @@ var controllerPods = []string{"kube-controller-manager", "kube-scheduler"}
 // watched the controller-manager exited about 8 min after its start,
 // during the apiserver's RBAC hook; its next start waited out the lease
 // the first had held (2 min under timing slow) before any controller ran.
-func (n *Node) startControllers(context.Context) error {
+//
+// Before that, while no controller-manager has run, the Nodes that
+// registered meanwhile get their pod CIDRs (givePodCIDRs).
+func (n *Node) startControllers(ctx context.Context) error {
 	rec, err := etcdmember.Read(n.Root)
 	if err != nil {
 		return err
 	}
+	n.givePodCIDRsFirst(ctx)
 	if err := n.writeStaticPods(n.params(rec), controllerPods); err != nil {
 		return err
 	}
 	n.Log("started %s", strings.Join(controllerPods, ", "))
 	return nil
+}
+
+// givePodCIDRsFirst runs givePodCIDRs unless this node's controller-manager
+// may be running already (its static pod is written: a boot that stopped
+// inside the controllers phase). A failure is said and left to the
+// allocator.
+func (n *Node) givePodCIDRsFirst(ctx context.Context) {
+	if _, err := os.Stat(n.path(filepath.Join(manifests.StaticPodDir, "kube-controller-manager.yaml"))); err == nil {
+		return
+	}
+	podNet, err := netip.ParsePrefix(n.file.Cluster.PodCIDR)
+	var c *cluster
+	if err == nil {
+		c, err = n.client(n.file.Address)
+	}
+	var given map[string]string
+	if err == nil {
+		given, err = givePodCIDRs(ctx, c.kube, podNet)
+	}
+	for _, name := range slices.Sorted(maps.Keys(given)) {
+		n.Log("pod CIDR %s given to node %s, registered before the controller-manager runs (its allocator takes it as occupied)", given[name], name)
+	}
+	if err != nil {
+		n.Log("giving the registered Nodes their pod CIDRs: %v (the controller-manager allocates them)", err)
+	}
 }
 
 // recordBootstrapped marks the membership existing once the apiserver
