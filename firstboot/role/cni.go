@@ -177,17 +177,23 @@ func claimFirstBlock(ctx context.Context, kube kubernetes.Interface, name, block
 	if slices.ContainsFunc(nodes.Items, func(nd corev1.Node) bool { return nd.Spec.PodCIDR != "" }) {
 		return self.Spec.PodCIDR, false, nil
 	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
-	if err != nil {
-		return "", false, err
-	}
 	// A pod CIDR set meanwhile makes this invalid (it is immutable once
 	// set); the next poll reads it.
-	got, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner})
+	got, err := setPodCIDR(ctx, kube, name, block)
 	if err != nil {
 		return "", false, fmt.Errorf("claiming pod CIDR %s for node %s: %w", block, name, err)
 	}
 	return got.Spec.PodCIDR, true, nil
+}
+
+// setPodCIDR sets a Node's pod CIDR (spec.podCIDR and podCIDRs), as the
+// controller-manager's allocator would.
+func setPodCIDR(ctx context.Context, kube kubernetes.Interface, name, block string) (*corev1.Node, error) {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
+	if err != nil {
+		return nil, err
+	}
+	return kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner})
 }
 
 func findNode(nodes []corev1.Node, name string) *corev1.Node {
@@ -240,8 +246,7 @@ func givePodCIDRs(ctx context.Context, kube kubernetes.Interface, cluster netip.
 			}
 			block = b.String()
 		}
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": block, "podCIDRs": []string{block}}})
-		if _, err := kube.CoreV1().Nodes().Patch(ctx, nd.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner}); err != nil {
+		if _, err := setPodCIDR(ctx, kube, nd.Name, block); err != nil {
 			return given, fmt.Errorf("giving pod CIDR %s to node %s: %w", block, nd.Name, err)
 		}
 		used[block], given[nd.Name] = true, block
