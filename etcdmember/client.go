@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Member is one etcd member as kiln sees it.
@@ -37,11 +39,23 @@ const (
 	statusBound = 5 * time.Second
 )
 
+// reconnect is how often the client tries an endpoint again while it
+// does not answer. gRPC's default backs off to 120 s; kiln dials members
+// that are still starting (after a power cut, before etcd listens), and
+// with that default the first attempt after etcd serves came 15-20 s
+// late, on the path to every master's apiserver. Attempts at most 2 s
+// apart cost a refused TCP connect each.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 10 * time.Second,
+}
+
 // Dial makes a client for endpoints (client URLs) with cfg; it connects
 // lazily, so an endpoint that does not answer shows in the first call.
 func Dial(endpoints []string, cfg *tls.Config) (*Client, error) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second,
-		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(reconnect)}})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
 	}
