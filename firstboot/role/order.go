@@ -25,7 +25,6 @@ import (
 type stage struct {
 	waitFor string // for the console: "etcd quorum on 10.0.0.1"
 	ready   func(context.Context) error
-	runIf   func() bool // nil: always; false: the pods start without the wait
 	bound   time.Duration
 	pods    []string
 }
@@ -33,11 +32,6 @@ type stage struct {
 // apiserverTurnBound is how long a master whose etcd member does not lead
 // waits for another master's apiserver before it starts its own anyway.
 const apiserverTurnBound = 5 * time.Minute
-
-// heartbeatBound is how long a master of a multi-master control plane
-// that comes back waits for its Node's first heartbeat of this boot
-// before its next costly start.
-const heartbeatBound = 90 * time.Second
 
 // restartStages are the stages after etcd of a control plane that existed
 // before this boot: etcd quorum; the apiserver in its turn (the etcd
@@ -51,55 +45,23 @@ const heartbeatBound = 90 * time.Second
 // apiserver failed its rbac/bootstrap-roles hook (it must reconcile about
 // 140 objects within 30 s) and restarted, for 30 minutes.
 //
-// Between those starts each master waits (heartbeatFirst) for its Node's
-// first heartbeat of this boot: a master whose turn came from another
-// master's ready apiserver before it starts its own, the one that started
-// first before its controller-manager and scheduler. In cluster bench 13
-// the second apiserver and the first master's controllers all started the
-// moment the first apiserver was healthy, the first master's kubelet then
-// timed out patching its status, and every Node was Ready 40 s later.
-//
 // A master alone in its site and in its membership record has no turn to
 // wait for: its apiserver starts beside etcd, so the apiserver's own
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
-	healthy := func(pods []string) stage {
-		return stage{waitFor: "apiserver healthy on " + n.file.Address, pods: pods,
-			ready: func(ctx context.Context) error {
-				return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
-			}}
-	}
+	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: controllerPods,
+		ready: func(ctx context.Context) error {
+			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
+		}}
 	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
-		return []stage{quorum, healthy(controllerPods)}
+		return []stage{quorum, healthy}
 	}
-	var via *nodefile.Member // the master whose ready apiserver gave this one its turn
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
-		ready: n.apiserverTurn(etcd.leads, &via), bound: min(n.Wait, apiserverTurnBound)}
-	return []stage{quorum, turn,
-		n.heartbeatFirst("through the master whose apiserver is ready, before this one starts", func() bool { return via != nil },
-			func() (kubernetes.Interface, error) { return n.apiAt(via.Address) }, []string{"kube-apiserver"}),
-		healthy(nil),
-		n.heartbeatFirst("through this master's apiserver, before its controller-manager and scheduler start", func() bool { return via == nil },
-			func() (kubernetes.Interface, error) { return kube, nil }, controllerPods),
-	}
-}
-
-// heartbeatFirst is the stage that starts pods once this node's Node is
-// Ready from this boot's heartbeat, read through the apiserver at, when
-// runIf holds.
-func (n *Node) heartbeatFirst(through string, runIf func() bool, at func() (kubernetes.Interface, error), pods []string) stage {
-	return stage{waitFor: "node " + n.file.Name + " Ready from this boot " + through, runIf: runIf,
-		bound: min(n.Wait, heartbeatBound), pods: pods,
-		ready: func(ctx context.Context) error {
-			kube, err := at()
-			if err != nil {
-				return err
-			}
-			return n.selfReady(ctx, kube)
-		}}
+		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
+	return []stage{quorum, turn, healthy}
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
@@ -109,7 +71,7 @@ func (n *Node) heartbeatFirst(through string, runIf func() bool, at func() (kube
 // after it started, and the other master waited out the turn's bound).
 // One apiserver at a time runs its costly start, while the machines that
 // wait run etcd alone.
-func (n *Node) apiserverTurn(leads func(context.Context) (bool, error), via **nodefile.Member) func(context.Context) error {
+func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		lead, err := leads(ctx)
 		if err == nil && lead {
@@ -127,8 +89,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error), via **no
 		if doubt != nil {
 			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, clustercheck.OneLine(doubt))
 		}
-		n.Log("master %s's apiserver is ready: this one starts after this node's first heartbeat through it", m.Name)
-		*via = &m
+		n.Log("master %s's apiserver is ready: starting this one", m.Name)
 		return nil
 	}
 }
@@ -154,10 +115,7 @@ func (n *Node) startInOrder(ctx context.Context, p manifests.Params, stages []st
 		if bound == 0 {
 			bound = n.Wait
 		}
-		var err error
-		if s.runIf == nil || s.runIf() {
-			err = clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
-		}
+		err := clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err

@@ -36,18 +36,6 @@ func podsPresent(root string) (present []string, stale bool) {
 	return present, stale
 }
 
-// serveNode answers r with Node name, Ready with a heartbeat at beat, if
-// r reads that Node; false if r asks something else.
-func serveNode(w http.ResponseWriter, r *http.Request, name string, beat time.Time) bool {
-	if r.URL.Path != "/api/v1/nodes/"+name {
-		return false
-	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Node","metadata":{"name":%q},"status":{"conditions":[{"type":"Ready","status":"True","lastHeartbeatTime":%q}]}}`,
-		name, beat.UTC().Format(time.RFC3339))
-	return true
-}
-
 // kubeletWatcher records which static pods were there when the kubelet
 // was started.
 type kubeletWatcher struct {
@@ -68,8 +56,8 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 // alone, even when the last boot left every static pod in its directory;
 // the apiserver is written once etcd reads through quorum (here g1's
 // member leads, so it is g1's turn), the controller-manager and scheduler
-// once the apiserver is ready and, beside another master, g1's Node is
-// Ready from this boot. A wait that gives up starts the next pods anyway.
+// once the apiserver is ready. A wait that gives up starts the next pods
+// anyway.
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
@@ -81,18 +69,17 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
-				"apiserver healthy on 10.0.2.50: after", "node g1 Ready from this boot through this master's apiserver, before its controller-manager and scheduler start: after",
-				"started kube-controller-manager, kube-scheduler"}},
+				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "etcd never has quorum", quorumAfter: -1, readyAfter: -1,
 			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
-				"going on: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
-				"going on: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
+				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
+				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
 		{name: "only the RBAC defaults' hook pending beside another etcd member: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, peered: true,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "only the RBAC defaults' hook pending on a lone member: waited for", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
-				"going on: apiserver healthy on 10.0.2.50: gave up after", "started kube-controller-manager, kube-scheduler"}},
+				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
 		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
 			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd", "etcd quorum on 10.0.2.50: after",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
@@ -119,10 +106,6 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				order = append(order, fmt.Sprintf("%s with %v", what, present))
 			}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if serveNode(w, r, "g1", time.Now()) {
-					note("node")
-					return
-				}
 				if r.URL.Path != "/readyz" {
 					http.NotFound(w, r)
 					return
@@ -175,8 +158,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			}
 			for _, o := range order {
 				if strings.HasPrefix(o, "quorum") && o != quorumWith ||
-					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" ||
-					strings.HasPrefix(o, "node") && o != "node with [etcd kube-apiserver]" {
+					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" {
 					t.Errorf("%s: out of order (all checks: %q)", o, order)
 				}
 			}
@@ -190,32 +172,24 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 
 // After a power cut the masters take turns: the one whose etcd member
 // leads starts its apiserver at once; another waits until an apiserver of
-// another master is ready and its own Node is Ready from this boot
-// through it, or until those waits' bounds have passed (the node's Wait
-// here, 5 min and 90 s at most), and then starts its own anyway.
+// another master is ready, or until its turn's bound has passed (the
+// node's Wait here, 5 min at most), and then starts its own anyway.
 func TestAPIServerWaitsForItsTurn(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		leads     func(context.Context) (bool, error)
 		m2Pending string // the readiness check m2's apiserver fails; "" is none
-		staleBeat bool   // m2 has g1's heartbeat from before this boot only
 		wantLog   []string
 	}{
 		{name: "the etcd leader's node starts first", leads: func(context.Context) (bool, error) { return true, nil },
 			wantLog: []string{"the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
-		{name: "a follower starts once m2's apiserver is ready and g1 Ready through it", leads: func(context.Context) (bool, error) { return false, nil },
-			wantLog: []string{"master m2's apiserver is ready: this one starts after this node's first heartbeat through it", "the apiserver's turn on 10.0.2.50",
-				"node g1 Ready from this boot through the master whose apiserver is ready, before this one starts: after", "started kube-apiserver",
-				"started kube-controller-manager, kube-scheduler"}},
+		{name: "a follower starts once m2's apiserver is ready", leads: func(context.Context) (bool, error) { return false, nil },
+			wantLog: []string{"master m2's apiserver is ready: starting this one", "the apiserver's turn on 10.0.2.50", "started kube-apiserver"}},
 		{name: "m2's RBAC defaults' hook pending is m2 ready", leads: func(context.Context) (bool, error) { return false, nil }, m2Pending: clustercheck.RBACDefaultsHook,
-			wantLog: []string{"master m2's apiserver is ready: this one starts", "started kube-apiserver"}},
-		{name: "g1 not Ready from this boot through m2: starts anyway", leads: func(context.Context) (bool, error) { return false, nil }, staleBeat: true,
-			wantLog: []string{"master m2's apiserver is ready: this one starts",
-				"starting kube-apiserver anyway: node g1 Ready from this boot through the master whose apiserver is ready, before this one starts: gave up after 1s: node g1: Ready=True (heartbeat ",
-				"started kube-apiserver"}},
+			wantLog: []string{"master m2's apiserver is ready: starting this one", "started kube-apiserver"}},
 		{name: "a follower with no apiserver ready starts anyway", leads: func(context.Context) (bool, error) { return false, nil }, m2Pending: "etcd",
-			wantLog: []string{"going on: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (master m2 (10.0.2.51): ",
-				"started kube-apiserver", "node g1 Ready from this boot through this master's apiserver", "started kube-controller-manager, kube-scheduler"}},
+			wantLog: []string{"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50 (the etcd leader's master starts first, the others once an apiserver is ready): gave up after 1s: this member does not lead etcd, and no other master's apiserver is ready (master m2 (10.0.2.51): ",
+				"started kube-apiserver"}},
 		{name: "the leader unknown", leads: func(context.Context) (bool, error) { return false, errors.New("status: deadline exceeded") }, m2Pending: "etcd",
 			wantLog: []string{"gave up after 1s: the etcd leader unknown: status: deadline exceeded, and no other master's apiserver is ready", "started kube-apiserver"}},
 	} {
@@ -225,25 +199,11 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 				Peers: []etcdmember.Peer{{Name: "g1", PeerURL: "https://10.0.2.50:2380"}, {Name: "m2", PeerURL: "https://10.0.2.51:2380"}}}); err != nil {
 				t.Fatal(err)
 			}
-			started := time.Now()
-			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if !serveNode(w, r, "g1", time.Now()) {
-					fmt.Fprint(w, "ok")
-				}
-			}))
+			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 			defer ready.Close()
 			var m2Asked atomic.Int32
-			var ownAtBeat []string // the static pods when m2 was asked for g1's Node
 			m2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				m2Asked.Add(1)
-				beat := time.Now()
-				if tc.staleBeat {
-					beat = started.Add(-time.Hour)
-				}
-				if serveNode(w, r, "g1", beat) {
-					ownAtBeat, _ = podsPresent(root)
-					return
-				}
 				if tc.m2Pending != "" && !slices.Contains(r.URL.Query()["exclude"], tc.m2Pending) {
 					http.Error(w, "[-]"+tc.m2Pending+" failed", http.StatusInternalServerError)
 					return
@@ -261,16 +221,12 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 					return kubernetes.NewForConfig(&rest.Config{Host: ready.URL})
 				}}
 			n.file, n.cat = mustLoad(t, n)
-			n.started = started
 			if err := n.startControlPlane(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			lead, _ := tc.leads(context.Background())
 			if lead && m2Asked.Load() > 0 {
 				t.Errorf("the etcd leader's node asked m2's apiserver %d times before starting its own", m2Asked.Load())
-			}
-			if slices.Contains(ownAtBeat, "kube-apiserver") {
-				t.Errorf("g1's apiserver was started before g1's Node was read through m2 (static pods then: %v)", ownAtBeat)
 			}
 			wantInOrder(t, log, tc.wantLog)
 		})
