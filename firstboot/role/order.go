@@ -50,7 +50,13 @@ const apiserverTurnBound = 5 * time.Minute
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
-	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: etcd.quorum}
+	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: func(ctx context.Context) error {
+		if err := etcd.quorum(ctx); err != nil {
+			return err
+		}
+		n.notePeers(ctx, rec, etcd.members)
+		return nil
+	}}
 	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: controllerPods,
 		ready: func(ctx context.Context) error {
 			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
@@ -62,6 +68,34 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
 		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
 	return []stage{quorum, turn, healthy}
+}
+
+// notePeers sets n.etcdPeers when the cluster, read once it has quorum,
+// has voting members beside this one that the membership record does not
+// name: the genesis node's record names itself alone, however many
+// masters joined since, and its restored apiserver waited minutes for the
+// RBAC defaults' hook (cluster bench 15: m1's controller-manager still
+// held 2m45s after its apiserver served) while the joined master's did
+// not. A failed list keeps the record's answer.
+func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members func(context.Context) ([]etcdmember.Member, error)) {
+	if n.etcdPeers || members == nil {
+		return
+	}
+	ms, err := members(ctx)
+	if err != nil {
+		n.Log("the etcd member list: %s (going by the membership record: %d member(s))", clustercheck.OneLine(err), len(rec.Peers))
+		return
+	}
+	voting := 0
+	for _, m := range ms {
+		if !m.IsLearner {
+			voting++
+		}
+	}
+	if voting > 1 {
+		n.etcdPeers = true
+		n.Log("etcd has %d voting members (the membership record names %d): this apiserver starts beside the cluster's RBAC defaults", voting, len(rec.Peers))
+	}
 }
 
 // apiserverTurn is nil once this node may start its apiserver: its etcd
@@ -160,14 +194,16 @@ func (n *Node) takeOutStaticPods(pods []string) error {
 // localEtcd is what the ordered start asks this node's etcd member:
 // whether it reads through quorum, and whether it leads.
 type localEtcd struct {
-	quorum func(context.Context) error
-	leads  func(context.Context) (bool, error)
+	quorum  func(context.Context) error
+	leads   func(context.Context) (bool, error)
+	members func(context.Context) ([]etcdmember.Member, error) // nil: not asked
 }
 
-// ownEtcd is the check of this node's etcd member (n.EtcdQuorum and
-// n.EtcdLeads where set), and the client to close after.
+// ownEtcd is the check of this node's etcd member (n.EtcdQuorum,
+// n.EtcdLeads and n.EtcdMembers where set: with the first two set, the
+// members are asked only if the third is), and the client to close after.
 func (n *Node) ownEtcd() (localEtcd, func(), error) {
-	e := localEtcd{quorum: n.EtcdQuorum, leads: n.EtcdLeads}
+	e := localEtcd{quorum: n.EtcdQuorum, leads: n.EtcdLeads, members: n.EtcdMembers}
 	if e.quorum != nil && e.leads != nil {
 		return e, func() {}, nil
 	}
@@ -185,6 +221,9 @@ func (n *Node) ownEtcd() (localEtcd, func(), error) {
 	}
 	if e.leads == nil {
 		e.leads = func(ctx context.Context) (bool, error) { return c.Leads(ctx, url) }
+	}
+	if e.members == nil {
+		e.members = c.MemberList
 	}
 	return e, func() { c.Close() }, nil
 }

@@ -65,6 +65,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		pending                 string // the readiness check that fails; "" is etcd
 		alone                   bool   // the site names no other master
 		peered                  bool   // the membership record has m2 beside g1 (a join, a multi-master restart)
+		members                 []etcdmember.Member // what etcd lists once it has quorum; nil: not asked
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
@@ -77,6 +78,14 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		{name: "only the RBAC defaults' hook pending beside another etcd member: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, peered: true,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
+		{name: "the RBAC defaults' hook pending on genesis, whose record names it alone, beside a joined master: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
+			members: []etcdmember.Member{{Name: "g1"}, {Name: "m2"}},
+			wantLog: []string{"etcd has 2 voting members (the membership record names 1): this apiserver starts beside the cluster's RBAC defaults",
+				"etcd quorum on 10.0.2.50: after", "started kube-apiserver", "apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
+		{name: "the RBAC defaults' hook pending beside a learner only: waited for", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
+			members: []etcdmember.Member{{Name: "g1"}, {IsLearner: true}},
+			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
+				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
 		{name: "only the RBAC defaults' hook pending on a lone member: waited for", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
@@ -141,6 +150,9 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					}
 					return kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
 				}}
+			if tc.members != nil {
+				n.EtcdMembers = func(context.Context) ([]etcdmember.Member, error) { return tc.members, nil }
+			}
 			if tc.quorumAfter >= 0 && tc.readyAfter >= 0 { // a wait that gives up does so in a second
 				n.Wait = time.Minute
 			}

@@ -53,6 +53,9 @@ type Node struct {
 	// cluster; nil means a status call to the member at the node's
 	// address.
 	EtcdLeads func(ctx context.Context) (bool, error)
+	// EtcdMembers lists the cluster's members through this node's etcd
+	// member; nil means a client of the member at the node's address.
+	EtcdMembers func(ctx context.Context) ([]etcdmember.Member, error)
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string
@@ -66,9 +69,9 @@ type Node struct {
 	answering  []string
 	joinBounds joinBounds
 	// etcdPeers: this boot's control plane has other etcd members (its
-	// member joined a cluster, on this boot or before), so its apiserver
-	// starts beside the cluster's RBAC defaults and every quorum read
-	// waits on a peer.
+	// member joined a cluster, on this boot or before, or others joined
+	// its cluster), so its apiserver starts beside the cluster's RBAC
+	// defaults and every quorum read waits on a peer.
 	etcdPeers bool
 }
 
