@@ -80,7 +80,11 @@ func (r *Remover) steps() []step {
 // error names the step at fault. A removal kiln refuses is a *etcdmember.Refusal,
 // and an unknown name wraps ErrUnknownNode.
 func (r *Remover) Remove(ctx context.Context, name string) error {
-	n, err := r.resolve(ctx, name)
+	var n *node
+	err := r.retry(ctx, func(format string, args ...any) { r.Log("finding "+name+": "+format, args...) }, func() (err error) {
+		n, err = r.resolve(ctx, name)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,12 @@ const DefaultRetryBound = 2 * time.Minute
 // fail on it. Every step finds out what is left to do first, so running
 // one again is safe.
 func (r *Remover) runStep(ctx context.Context, s step, n *node, log Logf) error {
+	return r.retry(ctx, log, func() error { return s.run(ctx, n, log) })
+}
+
+// retry runs f, and again while it fails on something transient, within
+// the retry bound, saying so every clustercheck.Report.
+func (r *Remover) retry(ctx context.Context, log Logf, f func() error) error {
 	bound := r.RetryBound
 	if bound == 0 {
 		bound = DefaultRetryBound
@@ -35,7 +41,7 @@ func (r *Remover) runStep(ctx context.Context, s step, n *node, log Logf) error 
 	deadline := r.now().Add(bound)
 	var said time.Time
 	for {
-		err := s.run(ctx, n, log)
+		err := f()
 		if err == nil || ctx.Err() != nil || !transient(err) || !r.now().Before(deadline) {
 			return err
 		}

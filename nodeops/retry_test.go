@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -191,5 +192,46 @@ func TestRemoveAsksASlowMemberAgain(t *testing.T) {
 	}
 	if names := e.names(); !slices.Equal(names, []string{"m1"}) {
 		t.Errorf("etcd members %v, want m1 alone", names)
+	}
+}
+
+// clientTimeout is the error client-go returns when an apiserver does not
+// answer within the client's timeout.
+type clientTimeout struct{}
+
+func (clientTimeout) Error() string {
+	return "net/http: request canceled (Client.Timeout exceeded while awaiting headers)"
+}
+func (clientTimeout) Timeout() bool   { return true }
+func (clientTimeout) Temporary() bool { return true }
+
+// Reading the Node to remove is tried again while the apiserver does not
+// answer in time: the cluster bench's `kiln node remove m2` failed on
+// its first read, through a master busy starting its controllers.
+func TestRemoveRetriesFindingTheNode(t *testing.T) {
+	cs := clientset("", kubeNode("w1", "worker", "10.0.0.21", corev1.ConditionTrue))
+	fails, gets := 2, 0
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		if fails == 0 {
+			return false, nil, nil
+		}
+		fails--
+		return true, nil, &url.Error{Op: "Get", URL: "https://10.0.0.11:6443/api/v1/nodes/w1", Err: clientTimeout{}}
+	})
+	var log []string
+	r := &Remover{Site: parseSite(t, testSite), Kube: cs, PollInterval: time.Millisecond, RetryBound: 10 * time.Second,
+		Options: Options{LeaveTimeout: 20 * time.Millisecond}, EtcdErr: errors.New("not needed for a worker"),
+		Log: func(format string, args ...any) { log = append(log, fmt.Sprintf(format, args...)) }}
+	if err := r.Remove(context.Background(), "w1"); err != nil {
+		t.Fatalf("Remove: %v\n%s", err, strings.Join(log, "\n"))
+	}
+	if fails != 0 || gets < 3 {
+		t.Errorf("the Node read %d time(s), %d timeout(s) left", gets, fails)
+	}
+	if !slices.ContainsFunc(log, func(l string) bool {
+		return strings.HasPrefix(l, "finding w1: ") && strings.Contains(l, "trying again")
+	}) {
+		t.Errorf("no line says the read is tried again:\n%s", strings.Join(log, "\n"))
 	}
 }
