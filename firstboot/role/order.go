@@ -74,9 +74,10 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 // has voting members beside this one that the membership record does not
 // name: the genesis node's record names itself alone, however many
 // masters joined since, and its restored apiserver waited minutes for the
-// RBAC defaults' hook (cluster bench 15: m1's controller-manager still
-// held 2m45s after its apiserver served) while the joined master's did
-// not. A failed list keeps the record's answer.
+// RBAC defaults' hook (cluster bench 15: m1's apiserver served m2's turn
+// check at about 186 s, its controller-manager started only at 505 s)
+// while the joined master's did not. A failed list keeps the record's
+// answer.
 func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members func(context.Context) ([]etcdmember.Member, error)) {
 	if n.etcdPeers || members == nil {
 		return
