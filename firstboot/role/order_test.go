@@ -61,10 +61,10 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
-		quorumAfter, readyAfter int    // checks that fail first; -1: never
-		pending                 string // the readiness check that fails; "" is etcd
-		alone                   bool   // the site names no other master
-		peered                  bool   // the membership record has m2 beside g1 (a join, a multi-master restart)
+		quorumAfter, readyAfter int                 // checks that fail first; -1: never
+		pending                 string              // the readiness check that fails; "" is etcd
+		alone                   bool                // the site names no other master
+		peered                  bool                // the membership record has m2 beside g1 (a join, a multi-master restart)
 		members                 []etcdmember.Member // what etcd lists once it has quorum; nil: not asked
 		wantLog                 []string
 	}{
