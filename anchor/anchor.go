@@ -1,7 +1,8 @@
-// Package anchor keeps a control-plane component anchored on a master:
-// the anchor DaemonSet's pod (kiln anchor --component <name>) renders the
-// component's static pod from the node file and the image's catalog and
-// keeps it in the kubelet's static pod directory on the state partition,
+// Package anchor keeps the control-plane components anchored on a master:
+// the masters' anchor pod (kiln anchor --component <name>..., one pod for
+// all of them) renders each component's static pod from the node file
+// and the image's catalog and keeps it in the kubelet's static pod
+// directory on the state partition,
 // so the kubelet runs it even when no apiserver answers. Its cleanup (the
 // pod's preStop hook, run only when the pod is deleted through the API,
 // never on a power cut) is bounded in time and moves the manifest to a

@@ -208,3 +208,51 @@ func TestCopyThenRemoveKeepsTheManifest(t *testing.T) {
 		t.Errorf("the manifest is still in place (%v)", err)
 	}
 }
+
+// The masters' anchor pod's cleanup: every static pod but etcd moves at
+// once, etcd (last) stays while its member is in the cluster, and the
+// zone is never touched.
+func TestCleanupAllMovesAllButAnUnremovedEtcd(t *testing.T) {
+	h := withMembership(t, host(t))
+	for _, c := range Components {
+		if _, err := h.Keep(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zone := filepath.Join(h.Root, manifests.ZoneFile)
+	os.MkdirAll(filepath.Dir(zone), 0o755)
+	os.WriteFile(zone, []byte("zone"), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.CleanupAll(ctx, manifests.MastersAnchorComponents, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Components {
+		_, err := os.Stat(filepath.Join(h.Root, manifests.StaticPodDir, c+".yaml"))
+		if moved := os.IsNotExist(err); moved != (c != "etcd") {
+			t.Errorf("%s: moved=%v (stat: %v)", c, moved, err)
+		}
+	}
+	if _, err := os.Stat(zone); err != nil {
+		t.Errorf("the zone: %v", err)
+	}
+}
+
+func TestCheckComponents(t *testing.T) {
+	for _, tc := range []struct {
+		components []string
+		err        string
+	}{
+		{[]string{"etcd"}, ""},
+		{manifests.MastersAnchorComponents, ""},
+		{[]string{Discovery}, ""},
+		{nil, "no component"},
+		{[]string{"etcd", "kubelet"}, `unknown component "kubelet"`},
+		{[]string{"etcd", "etcd"}, `"etcd" given twice`},
+	} {
+		err := CheckComponents(tc.components)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%v: %v, want %q", tc.components, err, tc.err)
+		}
+	}
+}

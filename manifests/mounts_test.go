@@ -94,8 +94,7 @@ func TestPodsMountTheirFilesOnly(t *testing.T) {
 		{"etcd", []string{PKIDir + "/etcd-server.crt", PKIDir + "/etcd-server.key", PKIDir + "/etcd/ca.crt", PKIDir + "/etcd-peer.crt", PKIDir + "/etcd-peer.key"}},
 		{"kube-scheduler", []string{KubeconfigDir + "/scheduler.conf"}},
 		{"kiln-anchor-discovery", []string{"/etc/kiln/node.json"}},
-		{"kiln-anchor-kube-apiserver", []string{"/etc/kiln/node.json"}},
-		{"kiln-anchor-etcd", []string{"/etc/kiln/node.json"}},
+		{"kiln-anchor-control-plane", []string{"/etc/kiln/node.json"}},
 		{"kiln-net", nil},
 	} {
 		t.Run(tc.pod, func(t *testing.T) {

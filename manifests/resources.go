@@ -34,23 +34,20 @@ import (
 // later than at 250m). The controller-manager and the scheduler gave
 // etcd the rest (100m and 50m).
 //
-// The sum on a master (960m with cluster DNS on it) stays under one
+// The sum on a master (930m with cluster DNS on it) stays under one
 // CPU, so a one-vCPU node admits every pod; pods of workloads without
 // requests are not refused by it.
 var cpuRequests = map[string]string{
-	"etcd":                                "350m",
-	"kube-apiserver":                      "200m",
-	"kube-controller-manager":             "100m",
-	"kube-scheduler":                      "50m",
-	"kiln-node-dns":                       "50m",
-	"coredns":                             "100m", // cluster DNS, as CoreDNS's own deployment asks
-	"kiln-net":                            "30m",
-	"kube-proxy":                          "30m",
-	"kiln-anchor-etcd":                    "10m",
-	"kiln-anchor-kube-apiserver":          "10m",
-	"kiln-anchor-kube-controller-manager": "10m",
-	"kiln-anchor-kube-scheduler":          "10m",
-	"kiln-anchor-discovery":               "10m",
+	"etcd":                      "350m",
+	"kube-apiserver":            "200m",
+	"kube-controller-manager":   "100m",
+	"kube-scheduler":            "50m",
+	"kiln-node-dns":             "50m",
+	"coredns":                   "100m", // cluster DNS, as CoreDNS's own deployment asks
+	"kiln-net":                  "30m",
+	"kube-proxy":                "30m",
+	"kiln-anchor-control-plane": "20m",
+	"kiln-anchor-discovery":     "10m",
 }
 
 // requests are the resource requests of the named pod's container: its

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -291,40 +292,50 @@ the apiservers serving, so a check of that set waits here for it.`,
 }
 
 func newAnchorCmd() *cobra.Command {
-	var component, server, root string
+	var components []string
+	var server, root string
 	var cleanup, applyLabels bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "anchor --component NAME",
-		Short: "Keep a control-plane component's static pod (or the discovery zone) on this master (anchor DaemonSets)",
-		Long: `Keep a component anchored on this node, from the anchor DaemonSet's pod.
+		Use:   "anchor --component NAME [--component NAME]...",
+		Short: "Keep control-plane components' static pods (and the discovery zone) on this node (anchor DaemonSets)",
+		Long: `Keep components anchored on this node, from an anchor DaemonSet's pod. The
+masters' anchor (` + manifests.MastersAnchor + `) keeps all of them in one pod; the
+other nodes' (` + manifests.OthersAnchor + `) the zone only.
 
 --component etcd|kube-apiserver|kube-controller-manager|kube-scheduler renders
 the component's static pod from /etc/kiln/node.json and the image's catalog and
-keeps it in the kubelet's static pod directory (atomic writes), so the kubelet
-runs it with no apiserver. With --cleanup (the pod's preStop hook) it moves the
-manifest to /var/lib/kiln/manifests-backup, within --timeout.
+keeps it in the kubelet's static pod directory (atomic writes, checked every
+30 s), so the kubelet runs it with no apiserver. With --cleanup (the pod's
+preStop hook) it moves the manifests to /var/lib/kiln/manifests-backup, in the
+order given, within --timeout.
 
 --component discovery keeps the node-local CoreDNS zone listing the ready
-apiservers from the kubernetes Endpoints; it never writes an empty zone.
+apiservers from the kubernetes Endpoints (every 10 s); it never writes an empty
+zone.
 
---apply-node-labels (the controller-manager's anchor) also applies, every 30 s,
-the labels workers request on their Nodes (annotation ` + nodelabels.Annotation + `)
-that a kubelet may not set itself, except the control-plane role and
+--component may be repeated or take a comma-separated list.
+
+--apply-node-labels (the masters' anchor) also applies, every 30 s, the labels
+workers request on their Nodes (annotation ` + nodelabels.Annotation + `) that a
+kubelet may not set itself, except the control-plane role and
 node-restriction.kubernetes.io/ labels.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := anchor.CheckComponents(components); err != nil {
+				return usageError{fmt.Errorf("--component: %w", err)}
+			}
 			logf := func(f string, a ...any) { fmt.Fprintf(cmd.OutOrStdout(), f+"\n", a...) }
 			h := anchor.Host{Root: root, Log: logf}
 			if cleanup {
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
-				return h.Cleanup(ctx, component, time.Now())
+				return h.CleanupAll(ctx, components, time.Now())
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var kube kubernetes.Interface
-			if component == anchor.Discovery || applyLabels {
+			if slices.Contains(components, anchor.Discovery) || applyLabels {
 				var err error
 				if kube, err = inClusterVia(server); err != nil {
 					return err
@@ -333,21 +344,15 @@ node-restriction.kubernetes.io/ labels.`,
 			if applyLabels {
 				go (&nodelabels.Reconciler{Kube: kube, Log: logf}).Run(ctx, 30*time.Second)
 			}
-			// A master that goes down leaves the kubernetes Endpoints within
-			// its endpoint lease (15 s); the discovery anchor looks every
-			// 10 s, so it leaves every node's answer well within a minute.
-			interval := 30 * time.Second
-			if component == anchor.Discovery {
-				interval = 10 * time.Second
-			}
-			return h.Run(ctx, component, kube, interval)
+			h.RunAll(ctx, components, kube)
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&component, "component", "", "the anchored component")
+	cmd.Flags().StringSliceVar(&components, "component", nil, "an anchored component (repeat, or a comma-separated list)")
 	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor and --apply-node-labels")
 	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes")
 	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
-	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the component's manifest to the backup directory and exit (preStop)")
+	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the components' manifests to the backup directory and exit (preStop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")
 	cmd.MarkFlagRequired("component")
 	return cmd

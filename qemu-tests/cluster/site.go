@@ -174,12 +174,11 @@ func (tp Topology) Names() []string {
 
 // KubeSystemPods is the count of kube-system pods the topology runs:
 // each master etcd, apiserver, controller-manager, scheduler, node DNS,
-// kiln-net, kube-proxy, 4 component anchors and the discovery anchor
-// (12); each worker node DNS, kiln-net, kube-proxy and the discovery
-// anchor (4); one cluster DNS pod.
+// kiln-net, kube-proxy and the masters' anchor (8); each worker node DNS,
+// kiln-net, kube-proxy and the discovery anchor (4); one cluster DNS pod.
 func (tp Topology) KubeSystemPods() int {
 	masters := len(tp.Masters())
-	return 12*masters + 4*(len(tp.Machines)-masters) + 1
+	return 8*masters + 4*(len(tp.Machines)-masters) + 1
 }
 
 // NetnsClient is a client with an admin kubeconfig used as written: its
