@@ -93,7 +93,7 @@ is still listed, "?" where a column is unknown).`,
 			}
 			log := func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
 			l := &nodeops.Lister{Site: s, CertExpiry: nodeops.CertExpiry(s, st), Now: time.Now()}
-			l.Kube, l.KubeErr = nodeops.ConnectAPI(ctx, s, st, "", log)
+			l.Kube, l.KubeErr = nodeops.ConnectAPI(ctx, s, st, "", 0, log)
 			etcd, err := nodeops.ConnectEtcd(s, st, "")
 			if err != nil {
 				l.EtcdErr = err
@@ -178,7 +178,7 @@ not yet remove its etcd member). See docs/operations.md.`,
 			w := cmd.OutOrStdout()
 			log := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 			r := &nodeops.Remover{Site: s, Log: log, Options: o}
-			if r.Kube, err = nodeops.ConnectAPI(ctx, s, st, name, log); err != nil {
+			if r.Kube, err = nodeops.ConnectAPI(ctx, s, st, name, nodeops.ConnectWait, log); err != nil {
 				return err
 			}
 			etcd, err := nodeops.ConnectEtcd(s, st, name)
