@@ -35,10 +35,10 @@ nodes:
 	return s
 }
 
-// ConnectAPI uses admin.kubeconfig as kiln gen writes it: m1 refuses
-// the connection, m2's apiserver (its certificate from the PKI, checked
-// for the discovery name) answers /readyz with the admin's certificate.
-func TestConnectAPITriesEachMaster(t *testing.T) {
+// loopbackCluster is loopbackSite with its PKI, and the listener its m2
+// serves on.
+func loopbackCluster(t *testing.T) (*site.Site, pki.Store, net.Listener, int) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Skipf("no 127.0.0.2 here: %v", err)
@@ -49,6 +49,14 @@ func TestConnectAPITriesEachMaster(t *testing.T) {
 	if _, err := st.Ensure(s); err != nil {
 		t.Fatal(err)
 	}
+	return s, st, l, port
+}
+
+// ConnectAPI uses admin.kubeconfig as kiln gen writes it: m1 refuses
+// the connection, m2's apiserver (its certificate from the PKI, checked
+// for the discovery name) answers /readyz with the admin's certificate.
+func TestConnectAPITriesEachMaster(t *testing.T) {
+	s, st, l, port := loopbackCluster(t)
 	srv := apiserver(t, st, l, func(*http.Request) bool { return true })
 	defer srv.Close()
 
@@ -130,16 +138,7 @@ func apiserver(t *testing.T, st pki.Store, l net.Listener, ready func(*http.Requ
 // first rounds not even that. Removing a worker waits through the rounds
 // and uses m2; in a one-master site the hook is not left aside.
 func TestConnectAPIWaitsAndLeavesTheRBACHookAside(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("no 127.0.0.2 here: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	s := loopbackSite(t, port)
-	st := pki.Store{Dir: t.TempDir()}
-	if _, err := st.Ensure(s); err != nil {
-		t.Fatal(err)
-	}
+	s, st, l, port := loopbackCluster(t)
 	var mu sync.Mutex
 	probes := 0
 	srv := apiserver(t, st, l, func(r *http.Request) bool {
