@@ -28,7 +28,9 @@ const (
 // MastersAnchorComponents are what the masters' anchor keeps, in the
 // order its cleanup stops them: etcd last, since its cleanup waits for
 // the member's removal.
-var MastersAnchorComponents = append(slices.Clone(AnchoredComponents[1:]), AnchoredComponents[0], DiscoveryAnchor)
+var MastersAnchorComponents = append(
+	slices.DeleteFunc(slices.Clone(AnchoredComponents), func(c string) bool { return c == "etcd" }),
+	"etcd", DiscoveryAnchor)
 
 // CatalogDir is the image's catalog directory, which anchors read, and
 // AnchorBackupDir where an anchor's cleanup moves its manifest.

@@ -75,13 +75,14 @@ func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, w
 	if removingMaster {
 		ms = others
 	}
+	aside := readyzAside(s)
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
 	for round := 1; ; round++ {
-		kube, err := firstReady(ctx, s, kc, ms, log)
+		kube, err := firstReady(ctx, s, kc, ms, aside, log)
 		if err == nil {
 			return kube, nil
 		}
@@ -115,11 +116,11 @@ const (
 )
 
 // firstReady is a client of the first of masters whose apiserver is
-// ready, or every master's error.
-func firstReady(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, masters []site.Node, log Logf) (kubernetes.Interface, error) {
+// ready (the readiness checks aside left out), or every master's error.
+func firstReady(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, masters []site.Node, aside []string, log Logf) (kubernetes.Interface, error) {
 	var errs []error
 	for _, m := range masters {
-		kube, err := connectMaster(ctx, s, kc, m, readyzAside(s), log)
+		kube, err := connectMaster(ctx, s, kc, m, aside, log)
 		if err == nil {
 			return kube, nil
 		}
