@@ -2,11 +2,15 @@ package role
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,9 +18,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	"github.com/kiln-project/kiln/kilnnet"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/nodefile"
 )
 
@@ -226,6 +234,77 @@ func TestGivePodCIDRs(t *testing.T) {
 				if err != nil || nd.Spec.PodCIDR != cidr || !slices.Equal(nd.Spec.PodCIDRs, []string{cidr}) {
 					t.Errorf("node %s afterwards: podCIDR %q podCIDRs %v (%v), want %s", name, nd.Spec.PodCIDR, nd.Spec.PodCIDRs, err, cidr)
 				}
+			}
+		})
+	}
+}
+
+// readyzAt is a fake clientset whose /readyz is served by srv: what the
+// apiserver waits poll.
+type readyzAt struct {
+	*fake.Clientset
+	srv *httptest.Server
+}
+
+func (k readyzAt) Discovery() discovery.DiscoveryInterfaces {
+	return discovery.NewDiscoveryClientForConfigOrDie(&rest.Config{Host: k.srv.URL})
+}
+
+// While a new cluster's apiserver runs its post-start hooks, the genesis
+// node gives the Nodes that registered meanwhile their pod CIDRs, not
+// only once the apiserver is ready; on a later boot (its
+// controller-manager's static pod written) it gives none.
+func TestGenesisGivesPodCIDRsWhileItsAPIServerStarts(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		laterBoot   bool
+		want        map[string]string
+		wantConsole string
+	}{
+		{name: "a new cluster", want: map[string]string{"m2": "10.244.1.0/24", "w1": "10.244.2.0/24"},
+			wantConsole: "pod CIDR 10.244.1.0/24 given to node m2, registered before the controller-manager runs"},
+		{name: "a later boot", laterBoot: true, want: map[string]string{"m2": "", "w1": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, _ := nodeRoot(t, "g1")
+			var polls, givenBeforeReady atomic.Int32
+			kube := fake.NewClientset(
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "g1"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.0.0/24"}},
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m2"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if polls.Add(1) <= 2 {
+					if nd, err := kube.CoreV1().Nodes().Get(r.Context(), "w1", metav1.GetOptions{}); err == nil && nd.Spec.PodCIDR != "" {
+						givenBeforeReady.Add(1)
+					}
+					http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed", http.StatusInternalServerError)
+					return
+				}
+				fmt.Fprint(w, "ok")
+			}))
+			defer srv.Close()
+			var console []string
+			n := &Node{Root: root, Sys: &recorder{}, Wait: time.Minute, Log: func(f string, a ...any) { console = append(console, fmt.Sprintf(f, a...)) },
+				APIAt: func(string) (kubernetes.Interface, error) { return readyzAt{kube, srv}, nil }}
+			n.file, n.cat = mustLoad(t, n)
+			if tc.laterBoot {
+				dir := filepath.Join(root, manifests.StaticPodDir)
+				os.MkdirAll(dir, 0o755)
+				os.WriteFile(filepath.Join(dir, "kube-controller-manager.yaml"), nil, 0o644)
+			}
+			if err := n.waitGenesisAPIServer(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for name, cidr := range tc.want {
+				nd, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+				if err != nil || nd.Spec.PodCIDR != cidr {
+					t.Errorf("node %s: pod CIDR %q (%v), want %q", name, nd.Spec.PodCIDR, err, cidr)
+				}
+			}
+			if !tc.laterBoot && givenBeforeReady.Load() == 0 {
+				t.Error("w1 got its pod CIDR only once the apiserver was ready")
+			}
+			if tc.wantConsole != "" {
+				wantInOrder(t, console, []string{tc.wantConsole})
 			}
 		})
 	}

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
@@ -56,7 +59,7 @@ func (n *Node) genesisPhases() []phase {
 		// RBAC defaults, and the CNI file it writes is what the Node's
 		// Ready waits for.
 		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
-		{name: "apiserver", run: n.waitOwnAPIServer},
+		{name: "apiserver", run: n.waitGenesisAPIServer},
 		{name: "controllers", once: true, run: n.startControllers},
 		{name: "bootstrap", once: true, run: n.recordBootstrapped},
 		{name: "add-ons", once: true, run: n.applyAddOns},
@@ -140,7 +143,13 @@ func (n *Node) startControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.givePodCIDRsFirst(ctx)
+	kube, err := n.apiAt(n.file.Address)
+	if err == nil {
+		err = n.givePodCIDRsFirst(ctx, kube)
+	}
+	if err != nil {
+		n.Log("giving the registered Nodes their pod CIDRs: %v (the controller-manager allocates them)", err)
+	}
 	if err := n.writeStaticPods(n.params(rec), controllerPods); err != nil {
 		return err
 	}
@@ -150,27 +159,38 @@ func (n *Node) startControllers(ctx context.Context) error {
 
 // givePodCIDRsFirst runs givePodCIDRs unless this node's controller-manager
 // may be running already (its static pod is written: a boot that stopped
-// inside the controllers phase). A failure is said and left to the
-// allocator.
-func (n *Node) givePodCIDRsFirst(ctx context.Context) {
+// inside the controllers phase, or any later boot), and says what it gave.
+func (n *Node) givePodCIDRsFirst(ctx context.Context, kube kubernetes.Interface) error {
 	if _, err := os.Stat(n.path(filepath.Join(manifests.StaticPodDir, "kube-controller-manager.yaml"))); err == nil {
-		return
+		return nil
 	}
 	podNet, err := netip.ParsePrefix(n.file.Cluster.PodCIDR)
-	var c *cluster
-	if err == nil {
-		c, err = n.client(n.file.Address)
+	if err != nil {
+		return err
 	}
-	var given map[string]string
-	if err == nil {
-		given, err = givePodCIDRs(ctx, c.kube, podNet)
-	}
+	given, err := givePodCIDRs(ctx, kube, podNet)
 	for _, name := range slices.Sorted(maps.Keys(given)) {
 		n.Log("pod CIDR %s given to node %s, registered before the controller-manager runs (its allocator takes it as occupied)", given[name], name)
 	}
-	if err != nil {
-		n.Log("giving the registered Nodes their pod CIDRs: %v (the controller-manager allocates them)", err)
-	}
+	return err
+}
+
+// waitGenesisAPIServer waits for the apiserver as waitOwnAPIServer does,
+// and meanwhile gives the Nodes that register their pod CIDRs
+// (givePodCIDRsFirst, quietly: the wait says what fails). A new cluster's
+// apiserver serves 40-45 s before its post-start hooks are done under
+// TCG; the joining master and the worker powered on beside the genesis
+// node registered in that time and, given their blocks only when the
+// controller-manager was written, were Ready only then (cluster bench 18:
+// their CNI files 2 s after m1's apiserver was healthy, 46 s after m1's
+// own). Each try is bounded, so a busy apiserver does not hold up the
+// wait's next poll.
+func (n *Node) waitGenesisAPIServer(ctx context.Context) error {
+	return n.waitAPIServer(ctx, func(ctx context.Context, kube kubernetes.Interface) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = n.givePodCIDRsFirst(ctx, kube)
+	})
 }
 
 // recordBootstrapped marks the membership existing once the apiserver
@@ -197,8 +217,12 @@ func (n *Node) recordBootstrapped(context.Context) error {
 // control plane that joins or comes back beside other etcd members finds
 // the cluster's RBAC defaults in place, so the apiserver's hook that
 // reconciles them again is not waited for (see rbacAside).
-func (n *Node) waitOwnAPIServer(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
+func (n *Node) waitOwnAPIServer(ctx context.Context) error { return n.waitAPIServer(ctx, nil) }
+
+// waitAPIServer is waitOwnAPIServer's wait, running meanwhile (when set)
+// after every poll the apiserver is not ready yet.
+func (n *Node) waitAPIServer(ctx context.Context, meanwhile func(context.Context, kubernetes.Interface)) error {
+	kube, err := n.apiAt(n.file.Address)
 	if err != nil {
 		return err
 	}
@@ -207,7 +231,11 @@ func (n *Node) waitOwnAPIServer(ctx context.Context) error {
 		n.Log("the cluster has its default RBAC objects: the apiserver is healthy without its %s check", clustercheck.RBACDefaultsHook)
 	}
 	return clustercheck.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
-		return clustercheck.APIServerReady(ctx, c.kube, except...)
+		err := clustercheck.APIServerReady(ctx, kube, except...)
+		if err != nil && meanwhile != nil {
+			meanwhile(ctx, kube)
+		}
+		return err
 	})
 }
 
