@@ -49,16 +49,6 @@ const apiserverTurnBound = 5 * time.Minute
 // wait for: its apiserver starts beside etcd, so the apiserver's own
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
-//
-// Beside other masters, the site's first master (startsFirst) does not
-// wait for quorum either: its apiserver starts once etcd listens at a
-// majority of the site's masters (etcdListening), a few seconds before
-// quorum, so the 20-30 s of its start overlap etcd's load and election;
-// every other master keeps its turn. The node-local CoreDNS, which
-// nothing on a master asks before an apiserver serves, starts with
-// quorum: its sandbox and container were made beside etcd's and slowed
-// them (cluster bench 18: both sandboxes 8 s, etcd's container started
-// 16 s after the kubelet's sync loop).
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: func(ctx context.Context) error {
 		if err := etcd.quorum(ctx); err != nil {
@@ -75,67 +65,9 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
 	}
-	quorum.pods = []string{manifests.NodeDNSPod}
-	if n.startsFirst() {
-		listening := stage{waitFor: "etcd listening at a majority of the site's masters (the site's first master starts its apiserver before quorum)",
-			ready: n.etcdListening, bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
-		return []stage{listening, quorum, healthy}
-	}
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
 		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
 	return []stage{quorum, turn, healthy}
-}
-
-// startsFirst: this node is the first master its site lists, and the
-// site has others. Every node file lists the masters in the site file's
-// order, so the masters agree on which one it is without asking each
-// other; when it is down, the etcd leader's master goes first, as
-// every other master's turn says.
-func (n *Node) startsFirst() bool {
-	return len(n.file.Masters) > 1 && n.file.Masters[0].Name == n.file.Name
-}
-
-// etcdListening is nil once etcd accepts peer connections at a majority
-// of the site's masters, this one among them: quorum is then an election
-// away (one timeout, 5-10 s under timing slow), well inside the 20 s the
-// apiserver's etcd client waits for its connection. Before that, an
-// apiserver started on a member with no quorum in sight would give up on
-// etcd and be restarted by the kubelet after its back-off.
-func (n *Node) etcdListening(ctx context.Context) error {
-	up := n.EtcdPeerUp
-	if up == nil {
-		up = dialEtcdPeer
-	}
-	if err := up(ctx, n.file.Address); err != nil {
-		return fmt.Errorf("this node's etcd does not listen yet: %w", err)
-	}
-	listening, need := 1, len(n.file.Masters)/2+1
-	var doubt error
-	for _, m := range n.otherMasters() {
-		err := up(ctx, m.Address)
-		if err == nil {
-			listening++
-			continue
-		}
-		if doubt == nil {
-			doubt = fmt.Errorf("master %s (%s): %w", m.Name, m.Address, err)
-		}
-	}
-	if listening < need {
-		return fmt.Errorf("etcd listens at %d of the site's %d masters, %d needed (%v)", listening, len(n.file.Masters), need, doubt)
-	}
-	return nil
-}
-
-// dialEtcdPeer is nil when address accepts a TCP connection on etcd's
-// peer port.
-func dialEtcdPeer(ctx context.Context, address string) error {
-	d := net.Dialer{Timeout: 2 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(address, etcdmember.PeerPort))
-	if err != nil {
-		return err
-	}
-	return c.Close()
 }
 
 // notePeers sets n.etcdPeers when the cluster, read once it has quorum,

@@ -21,13 +21,12 @@ import (
 	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
 )
 
 // podsPresent lists which of the control plane's static pods are in the
 // kubelet's directory, and whether any still holds the last boot's file.
 func podsPresent(root string) (present []string, stale bool) {
-	for _, name := range []string{"etcd", "kiln-node-dns", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		b, err := os.ReadFile(filepath.Join(root, manifests.StaticPodDir, name+".yaml"))
 		if err == nil {
 			present = append(present, name)
@@ -35,15 +34,6 @@ func podsPresent(root string) (present []string, stale bool) {
 		}
 	}
 	return present, stale
-}
-
-// lastInSite moves n's own entry to the end of its site's masters, so
-// that another master is the site's first (startsFirst) and n takes its
-// turn.
-func lastInSite(n *Node) {
-	i := slices.IndexFunc(n.file.Masters, func(m nodefile.Member) bool { return m.Name == n.file.Name })
-	self := n.file.Masters[i]
-	n.file.Masters = append(slices.Delete(n.file.Masters, i, i+1), self)
 }
 
 // kubeletWatcher records which static pods were there when the kubelet
@@ -64,19 +54,16 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 // A control plane that existed before this boot (its etcd membership is
 // recorded as existing) comes back in order: the kubelet starts with etcd
 // alone, even when the last boot left every static pod in its directory;
-// the node-local CoreDNS once etcd reads through quorum; the apiserver
-// then too (here g1's member leads, so it is g1's turn), or, on the
-// site's first master, once etcd listens at a majority of the masters,
-// before quorum; the controller-manager and scheduler once the apiserver
-// is ready. A wait that gives up starts the next pods anyway.
+// the apiserver is written once etcd reads through quorum (here g1's
+// member leads, so it is g1's turn), the controller-manager and scheduler
+// once the apiserver is ready. A wait that gives up starts the next pods
+// anyway.
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
 		quorumAfter, readyAfter int                 // checks that fail first; -1: never
 		pending                 string              // the readiness check that fails; "" is etcd
 		alone                   bool                // the site names no other master
-		first                   bool                // g1 is the site's first master (otherwise m2 is)
-		listenAfter             int                 // checks of m2's etcd peer port that fail first; -1: never
 		peered                  bool                // the membership record has m2 beside g1 (a join, a multi-master restart)
 		members                 []etcdmember.Member // what etcd lists once it has quorum; nil: not asked
 		wantLog                 []string
@@ -85,7 +72,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
 		{name: "etcd never has quorum", quorumAfter: -1, readyAfter: -1,
-			wantLog: []string{"starting kiln-node-dns anyway: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
+			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
 		{name: "only the RBAC defaults' hook pending beside another etcd member: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, peered: true,
@@ -102,13 +89,6 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		{name: "only the RBAC defaults' hook pending on a lone member: waited for", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook,
 			wantLog: []string{"etcd quorum on 10.0.2.50: after", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after"}},
-		{name: "the site's first master: its apiserver once etcd listens at a majority, before quorum", quorumAfter: 2, readyAfter: 1, first: true, listenAfter: 2,
-			wantLog: []string{"etcd listening at a majority of the site's masters (the site's first master starts its apiserver before quorum): after", "started kube-apiserver",
-				"etcd quorum on 10.0.2.50: after", "started kiln-node-dns", "apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
-		{name: "the site's first master, the other master's etcd down: its apiserver waits out the bound", quorumAfter: -1, readyAfter: -1, first: true, listenAfter: -1,
-			wantLog: []string{"starting kube-apiserver anyway: etcd listening at a majority of the site's masters (the site's first master starts its apiserver before quorum): gave up after 1s: " +
-				"etcd listens at 1 of the site's 2 masters, 2 needed (master m2 (10.0.2.51): not listening (1))", "started kube-apiserver",
-				"starting kiln-node-dns anyway: etcd quorum on 10.0.2.50: gave up after 1s"}},
 		{name: "the only master: the apiserver starts beside etcd", quorumAfter: 2, readyAfter: 1, alone: true,
 			wantLog: []string{"the only master of this site: kube-apiserver starts beside etcd", "etcd quorum on 10.0.2.50: after",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
@@ -128,7 +108,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				os.WriteFile(filepath.Join(dir, name+".yaml"), []byte("last boot's"), 0o644)
 			}
-			var quorumCalls, readyCalls, listenCalls atomic.Int32
+			var quorumCalls, readyCalls atomic.Int32
 			var order []string
 			note := func(what string) {
 				present, _ := podsPresent(root)
@@ -164,16 +144,6 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 					}
 					return true, nil
 				},
-				EtcdPeerUp: func(_ context.Context, address string) error {
-					note("listening")
-					if address != "10.0.2.51" {
-						return nil
-					}
-					if c := int(listenCalls.Add(1)); tc.listenAfter < 0 || c <= tc.listenAfter {
-						return fmt.Errorf("not listening (%d)", c)
-					}
-					return nil
-				},
 				APIAt: func(address string) (kubernetes.Interface, error) {
 					if address != "10.0.2.50" {
 						return kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"}) // m2: refused
@@ -188,14 +158,9 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			}
 			n.file, n.cat = mustLoad(t, n)
 			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
-			switch {
-			case tc.alone:
+			if tc.alone {
 				n.file.Masters = n.file.Masters[:1]
-				atStart, quorumWith = []string{"etcd", "kiln-node-dns", "kube-apiserver"}, "quorum with [etcd kiln-node-dns kube-apiserver]"
-			case tc.first:
-				quorumWith = "quorum with [etcd kube-apiserver]"
-			default:
-				lastInSite(n)
+				atStart, quorumWith = []string{"etcd", "kube-apiserver"}, "quorum with [etcd kube-apiserver]"
 			}
 			if err := n.startControlPlane(context.Background()); err != nil {
 				t.Fatal(err)
@@ -204,13 +169,12 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				t.Errorf("the kubelet started with %v (the last boot's files left: %v), want %v, rendered anew", sys.atStart, sys.stale, atStart)
 			}
 			for _, o := range order {
-				if strings.HasPrefix(o, "listening") && o != "listening with [etcd]" ||
-					strings.HasPrefix(o, "quorum") && o != quorumWith ||
-					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kiln-node-dns kube-apiserver]" {
+				if strings.HasPrefix(o, "quorum") && o != quorumWith ||
+					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" {
 					t.Errorf("%s: out of order (all checks: %q)", o, order)
 				}
 			}
-			if present, stale := podsPresent(root); len(present) != 5 || stale {
+			if present, stale := podsPresent(root); len(present) != 4 || stale {
 				t.Errorf("static pods at the end: %v (the last boot's files left: %v)", present, stale)
 			}
 			wantInOrder(t, log, tc.wantLog)
@@ -262,7 +226,6 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 			var log []string
 			n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) },
 				EtcdQuorum: func(context.Context) error { return nil }, EtcdLeads: tc.leads,
-				EtcdPeerUp: func(context.Context, string) error { return errors.New("the site's first master asked its peers") },
 				APIAt: func(address string) (kubernetes.Interface, error) {
 					if address == "10.0.2.51" {
 						return kubernetes.NewForConfig(&rest.Config{Host: m2.URL})
@@ -270,7 +233,6 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 					return kubernetes.NewForConfig(&rest.Config{Host: ready.URL})
 				}}
 			n.file, n.cat = mustLoad(t, n)
-			lastInSite(n)
 			if err := n.startControlPlane(context.Background()); err != nil {
 				t.Fatal(err)
 			}

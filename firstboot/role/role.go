@@ -56,9 +56,6 @@ type Node struct {
 	// EtcdMembers lists the cluster's members through this node's etcd
 	// member; nil means a client of the member at the node's address.
 	EtcdMembers func(ctx context.Context) ([]etcdmember.Member, error)
-	// EtcdPeerUp is nil when the etcd member at a master's address
-	// accepts peer connections; nil means a TCP dial of its peer port.
-	EtcdPeerUp func(ctx context.Context, address string) error
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string

@@ -56,10 +56,8 @@ func Steps() []Step {
 		{Name: "etcd quorum", Line: regexp.MustCompile(`kiln-firstboot: etcd quorum on \S+: after `)},
 		// Then in its turn: at once on the etcd leader's master, on the
 		// others once another master's apiserver is ready (or its bound
-		// passed); on the site's first master before quorum, once etcd
-		// listens at a majority of the masters.
-		{Name: "apiserver's turn", Line: regexp.MustCompile(`kiln-firstboot: (the apiserver's turn on \S+ .*: after |starting kube-apiserver anyway: the apiserver's turn|` +
-			`etcd listening at a majority of the site's masters .*: after |starting kube-apiserver anyway: etcd listening at a majority)`)},
+		// passed).
+		{Name: "apiserver's turn", Line: regexp.MustCompile(`kiln-firstboot: (the apiserver's turn on \S+ .*: after |starting kube-apiserver anyway: the apiserver's turn)`)},
 		{Name: "all images imported", Line: regexp.MustCompile(`imported \S+ \(sha256:[0-9a-f]+\) in `), Last: true},
 		{Name: "apiserver healthy", Line: regexp.MustCompile(`kiln-firstboot: apiserver healthy on \S+: after `)},
 		{Name: "add-ons applied", Line: regexp.MustCompile(`kiln-firstboot: add-ons applied: `)},

@@ -72,16 +72,6 @@ func TestExtract(t *testing.T) {
 			want: []Mark{{"kubelet started", sec(45)}, {"etcd quorum", sec(150)}, {"apiserver healthy", sec(260)}},
 		},
 		{
-			name: "the site's first master starts its apiserver before quorum",
-			lines: lines(
-				55.2, "kiln-firstboot: kubelet started (images are imported into containerd first)",
-				96.3, "kiln-firstboot: etcd listening at a majority of the site's masters (the site's first master starts its apiserver before quorum): after 41s",
-				96.4, "kiln-firstboot: started kube-apiserver",
-				102.2, "kiln-firstboot: etcd quorum on 10.77.0.11: after 6s",
-				125.0, "kiln-firstboot: apiserver healthy on 10.77.0.11: after 23s"),
-			want: []Mark{{"kubelet started", sec(55.2)}, {"apiserver's turn", sec(96.3)}, {"etcd quorum", sec(102.2)}, {"apiserver healthy", sec(125)}},
-		},
-		{
 			name: "a master's join",
 			lines: lines(
 				40.0, "kiln-firstboot: the cluster: after 2s",
