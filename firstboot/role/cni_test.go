@@ -240,7 +240,7 @@ func TestGivePodCIDRs(t *testing.T) {
 }
 
 // readyzAt is a fake clientset whose /readyz is served by srv: what the
-// apiserver waits poll.
+// wait for the apiserver polls.
 type readyzAt struct {
 	*fake.Clientset
 	srv *httptest.Server
