@@ -50,6 +50,11 @@ func NodeReady(ctx context.Context, kube kubernetes.Interface, name string, sinc
 	if err != nil {
 		return err
 	}
+	return NodeIsReady(n, since)
+}
+
+// NodeIsReady is NodeReady's verdict on a Node already read.
+func NodeIsReady(n *corev1.Node, since time.Time) error {
 	for _, c := range n.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			continue
@@ -57,9 +62,9 @@ func NodeReady(ctx context.Context, kube kubernetes.Interface, name string, sinc
 		if c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since.Add(-time.Second)) {
 			return nil
 		}
-		return fmt.Errorf("node %s: Ready=%s (heartbeat %s): %s", name, c.Status, c.LastHeartbeatTime.UTC().Format(time.RFC3339), c.Message)
+		return fmt.Errorf("node %s: Ready=%s (heartbeat %s): %s", n.Name, c.Status, c.LastHeartbeatTime.UTC().Format(time.RFC3339), c.Message)
 	}
-	return fmt.Errorf("node %s has no Ready condition yet", name)
+	return fmt.Errorf("node %s has no Ready condition yet", n.Name)
 }
 
 // KubeSystemRunning is nil when every kube-system pod is Running with

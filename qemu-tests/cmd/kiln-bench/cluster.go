@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -360,27 +361,42 @@ func settle(ctx context.Context, masters []masterClient, waiting []*clusterNode,
 // allReady polls, through the namespace, until m1, m2 and w1 are Ready
 // with a kubelet heartbeat at since or later, as any master's apiserver
 // reports them. After a power cut the masters start their apiservers in
-// turn, so asking m1's alone timed m1's turn, not the Nodes.
+// turn, so asking m1's alone timed m1's turn, not the Nodes; and every
+// master is asked by its own poll, side by side, because an apiserver
+// that has bound its port but does not serve yet holds a request until
+// its TLS handshake times out (10 s), which asked in turn delayed the
+// answer of the master that served. Each change of a Node's Ready
+// condition is logged as the first poll to see it saw it.
 func allReady(ctx context.Context, masters []masterClient, since time.Time) error {
 	what := "Nodes m1, m2, w1 Ready"
 	if !since.IsZero() {
 		what += " with a heartbeat since " + since.Format(time.TimeOnly)
 	}
-	clusterLog("waiting up to %s for %s", clusterBoot, what)
-	err := clustercheck.Wait(ctx, what, clusterBoot, clusterLog, func(ctx context.Context) error {
-		var doubt error
-		for _, m := range masters {
-			err := threeReady(ctx, m.kube, since)
-			if err == nil {
-				return nil
-			}
-			doubt = cmp.Or(doubt, fmt.Errorf("%s: %w", m.context, err))
+	clusterLog("waiting up to %s for %s, through each master's apiserver side by side", clusterBoot, what)
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	seen := readySeen{start: time.Now(), last: map[string]string{}}
+	done := make(chan error, len(masters))
+	for _, m := range masters {
+		go func() {
+			done <- clustercheck.Wait(ctx, what+" through "+m.context, clusterBoot, clusterLog, func(ctx context.Context) error {
+				return threeReady(ctx, m.kube, since, func(n *corev1.Node) { seen.note(m.context, n) })
+			})
+		}()
+	}
+	var errs []error
+	for range masters {
+		err := <-done
+		if err == nil {
+			return nil // the other polls end with ctx
 		}
-		return doubt
-	})
-	if err != nil && ctx.Err() == nil {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if parent.Err() == nil {
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
 		for _, m := range masters {
 			clusterLog("the cluster when the wait failed, through %s:\n%s", m.context, clustercheck.Describe(dctx, m.kube))
 		}
@@ -388,11 +404,40 @@ func allReady(ctx context.Context, masters []masterClient, since time.Time) erro
 	return err
 }
 
+// readySeen logs each change of a Node's Ready condition (status,
+// reason, message, heartbeat) once, as the first master's poll to see it.
+type readySeen struct {
+	start time.Time
+	mu    sync.Mutex
+	last  map[string]string
+}
+
+func (r *readySeen) note(through string, n *corev1.Node) {
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		now := fmt.Sprintf("Ready=%s heartbeat %s %s %s", c.Status, c.LastHeartbeatTime.UTC().Format(time.TimeOnly), c.Reason, c.Message)
+		r.mu.Lock()
+		changed := r.last[n.Name] != now
+		r.last[n.Name] = now
+		r.mu.Unlock()
+		if changed {
+			clusterLog("%s +%.1fs through %s: %s", n.Name, time.Since(r.start).Seconds(), through, now)
+		}
+	}
+}
+
 // threeReady is nil once m1, m2 and w1 are Ready with a heartbeat at
-// since or later, as kube reports them.
-func threeReady(ctx context.Context, kube kubernetes.Interface, since time.Time) error {
+// since or later, as kube reports them; saw is given each Node read.
+func threeReady(ctx context.Context, kube kubernetes.Interface, since time.Time, saw func(*corev1.Node)) error {
 	for _, name := range []string{"m1", "m2", "w1"} {
-		if err := clustercheck.NodeReady(ctx, kube, name, since); err != nil {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		saw(n)
+		if err := clustercheck.NodeIsReady(n, since); err != nil {
 			return err
 		}
 	}

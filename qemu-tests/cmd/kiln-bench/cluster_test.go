@@ -1,12 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -76,5 +82,58 @@ func TestMasterClientsHasOnePerContext(t *testing.T) {
 	}
 	if _, err := masterClients([]byte("kind: Config\napiVersion: v1\n"), nil); err == nil {
 		t.Error("a kubeconfig without contexts gave clients")
+	}
+}
+
+// An apiserver that holds its requests (its port bound, not serving yet)
+// does not delay the answer of the master that serves: allReady asks
+// every master side by side and returns on the first that sees the three
+// Nodes Ready.
+func TestAllReadyDoesNotWaitForAHeldMaster(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	held := fake.NewClientset()
+	held.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		select { // a TLS handshake that times out, shortened
+		case <-release:
+		case <-time.After(3 * time.Second):
+		}
+		return true, nil, errors.New("TLS handshake timeout")
+	})
+	since := time.Now()
+	var nodes []runtime.Object
+	for _, name := range []string{"m1", "m2", "w1"} {
+		nodes = append(nodes, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(since.Add(time.Second)),
+			}}},
+		})
+	}
+	serving := fake.NewClientset(nodes...)
+
+	start := time.Now()
+	err := allReady(t.Context(), []masterClient{{"admin@lab-m1", held}, {"admin@lab-m2", serving}}, since)
+	if err != nil {
+		t.Fatalf("allReady: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("allReady took %s: it waited for the held master", took)
+	}
+}
+
+// A Node Ready only from a heartbeat before since is not Ready yet.
+func TestThreeReadyWantsAHeartbeatSince(t *testing.T) {
+	since := time.Now()
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(since.Add(-time.Hour)),
+	}}}}
+	var saw []string
+	err := threeReady(t.Context(), fake.NewClientset(old), since, func(n *corev1.Node) { saw = append(saw, n.Name) })
+	if err == nil {
+		t.Fatal("a heartbeat from before the restart counted")
+	}
+	if !slices.Equal(saw, []string{"m1"}) {
+		t.Errorf("saw %v, want [m1]", saw)
 	}
 }
