@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -48,10 +47,7 @@ type Membership struct {
 }
 
 // PeerURL is the peer URL of a member at address.
-func PeerURL(address string) string { return "https://" + net.JoinHostPort(address, PeerPort) }
-
-// PeerPort is the port of every member's peer URL.
-const PeerPort = "2380"
+func PeerURL(address string) string { return "https://" + address + ":2380" }
 
 // ClientURL is the client URL of a member at address.
 func ClientURL(address string) string { return "https://" + address + ":2379" }

@@ -25,12 +25,9 @@ func Corefile(p Params) string {
 	return b.String()
 }
 
-// NodeDNSPod names the node-local CoreDNS's static pod.
-const NodeDNSPod = "kiln-node-dns"
-
 // NodeLocalDNS is the static pod of the node-local CoreDNS, on every node.
 func NodeLocalDNS(p Params) *corev1.Pod {
-	pod := staticPod(NodeDNSPod, p.Images.CoreDNS, []string{"/coredns", "-conf", CorefilePath}, nil)
+	pod := staticPod("kiln-node-dns", p.Images.CoreDNS, []string{"/coredns", "-conf", CorefilePath}, nil)
 	pod.Labels["tier"] = "node"
 	mount(pod, "dns", DNSDir, true, corev1.HostPathDirectory)
 	return pod

@@ -33,10 +33,6 @@ type stage struct {
 // waits for another master's apiserver before it starts its own anyway.
 const apiserverTurnBound = 5 * time.Minute
 
-// etcdListensBound is how long a master beside others holds its
-// node-local DNS for its etcd to listen before it starts the DNS anyway.
-const etcdListensBound = 2 * time.Minute
-
 // restartStages are the stages after etcd of a control plane that existed
 // before this boot: etcd quorum; the apiserver in its turn (the etcd
 // leader's node first, every other master once an apiserver is ready);
@@ -53,15 +49,6 @@ const etcdListensBound = 2 * time.Minute
 // wait for: its apiserver starts beside etcd, so the apiserver's own
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
-//
-// Beside other masters the node-local CoreDNS waits for etcd to listen
-// on its peer port (bound as its process starts): it then starts while etcd waits
-// out its first election (5-10 s under timing slow: etcd advances its
-// election ticks only with two or more peers), not beside etcd's own
-// pod start. Cluster bench 18 made both pods' sandboxes side by side
-// (8-9 s each) and started etcd's container 19 s after the kubelet's
-// sync loop; with the DNS held (bench 19), 14 s. Nothing on a master asks
-// the node-local DNS before an apiserver serves, which is after quorum.
 func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
 	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: func(ctx context.Context) error {
 		if err := etcd.quorum(ctx); err != nil {
@@ -78,11 +65,9 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 		n.Log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
 	}
-	listens := stage{waitFor: "etcd listening on " + n.file.Address + " (the node-local DNS starts during etcd's election)",
-		ready: etcd.listens, bound: min(n.Wait, etcdListensBound), pods: []string{manifests.NodeDNSPod}}
 	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
 		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
-	return []stage{listens, quorum, turn, healthy}
+	return []stage{quorum, turn, healthy}
 }
 
 // notePeers sets n.etcdPeers when the cluster, read once it has quorum,
@@ -210,7 +195,6 @@ func (n *Node) takeOutStaticPods(pods []string) error {
 // localEtcd is what the ordered start asks this node's etcd member:
 // whether it reads through quorum, and whether it leads.
 type localEtcd struct {
-	listens func(context.Context) error
 	quorum  func(context.Context) error
 	leads   func(context.Context) (bool, error)
 	members func(context.Context) ([]etcdmember.Member, error) // nil: not asked
@@ -220,10 +204,7 @@ type localEtcd struct {
 // n.EtcdLeads and n.EtcdMembers where set: with the first two set, the
 // members are asked only if the third is), and the client to close after.
 func (n *Node) ownEtcd() (localEtcd, func(), error) {
-	e := localEtcd{listens: n.EtcdListens, quorum: n.EtcdQuorum, leads: n.EtcdLeads, members: n.EtcdMembers}
-	if e.listens == nil {
-		e.listens = func(ctx context.Context) error { return dialEtcdPeer(ctx, n.file.Address) }
-	}
+	e := localEtcd{quorum: n.EtcdQuorum, leads: n.EtcdLeads, members: n.EtcdMembers}
 	if e.quorum != nil && e.leads != nil {
 		return e, func() {}, nil
 	}
@@ -246,15 +227,4 @@ func (n *Node) ownEtcd() (localEtcd, func(), error) {
 		e.members = c.MemberList
 	}
 	return e, func() { c.Close() }, nil
-}
-
-// dialEtcdPeer is nil when address accepts a TCP connection on etcd's
-// peer port: etcd binds it at its start, before its first election.
-func dialEtcdPeer(ctx context.Context, address string) error {
-	d := net.Dialer{Timeout: 2 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(address, etcdmember.PeerPort))
-	if err != nil {
-		return fmt.Errorf("etcd does not listen at %s yet: %w", address, err)
-	}
-	return c.Close()
 }

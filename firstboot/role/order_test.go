@@ -23,14 +23,10 @@ import (
 	"github.com/kiln-project/kiln/manifests"
 )
 
-// controlPlanePods are a master's static pods, in the order podsPresent
-// lists them.
-var controlPlanePods = []string{"etcd", manifests.NodeDNSPod, "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-
-// podsPresent lists which of a master's static pods are in the kubelet's
-// directory, and whether any still holds the last boot's file.
+// podsPresent lists which of the control plane's static pods are in the
+// kubelet's directory, and whether any still holds the last boot's file.
 func podsPresent(root string) (present []string, stale bool) {
-	for _, name := range controlPlanePods {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		b, err := os.ReadFile(filepath.Join(root, manifests.StaticPodDir, name+".yaml"))
 		if err == nil {
 			present = append(present, name)
@@ -58,16 +54,14 @@ func (k *kubeletWatcher) Run(_ context.Context, name string, args ...string) ([]
 // A control plane that existed before this boot (its etcd membership is
 // recorded as existing) comes back in order: the kubelet starts with etcd
 // alone, even when the last boot left every static pod in its directory;
-// the node-local DNS is written once etcd listens, the apiserver once
-// etcd reads through quorum (here g1's member leads, so it is g1's turn),
-// the controller-manager and scheduler once the apiserver is ready. A
-// wait that gives up starts the next pods anyway. The only master of its
-// site starts the DNS and the apiserver beside etcd.
+// the apiserver is written once etcd reads through quorum (here g1's
+// member leads, so it is g1's turn), the controller-manager and scheduler
+// once the apiserver is ready. A wait that gives up starts the next pods
+// anyway.
 func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
 		quorumAfter, readyAfter int                 // checks that fail first; -1: never
-		neverListens            bool                // etcd's peer port never answers
 		pending                 string              // the readiness check that fails; "" is etcd
 		alone                   bool                // the site names no other master
 		peered                  bool                // the membership record has m2 beside g1 (a join, a multi-master restart)
@@ -75,12 +69,10 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 		wantLog                 []string
 	}{
 		{name: "etcd and the apiserver answer after a while", quorumAfter: 2, readyAfter: 1,
-			wantLog: []string{"etcd listening on 10.0.2.50 (the node-local DNS starts during etcd's election): after", "started kiln-node-dns",
-				"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
+			wantLog: []string{"etcd quorum on 10.0.2.50: after", "the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"apiserver healthy on 10.0.2.50: after", "started kube-controller-manager, kube-scheduler"}},
-		{name: "etcd never listens nor has quorum", quorumAfter: -1, readyAfter: -1, neverListens: true,
-			wantLog: []string{"starting kiln-node-dns anyway: etcd listening on 10.0.2.50 (the node-local DNS starts during etcd's election): gave up after 1s: refused",
-				"started kiln-node-dns", "going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
+		{name: "etcd never has quorum", quorumAfter: -1, readyAfter: -1,
+			wantLog: []string{"going on: etcd quorum on 10.0.2.50: gave up after 1s: no leader (1)",
 				"starting kube-apiserver anyway: the apiserver's turn on 10.0.2.50", "started kube-apiserver",
 				"starting kube-controller-manager, kube-scheduler anyway: apiserver healthy on 10.0.2.50: gave up after 1s:", "started kube-controller-manager, kube-scheduler"}},
 		{name: "only the RBAC defaults' hook pending beside another etcd member: the cluster has them", quorumAfter: 0, readyAfter: -1, pending: clustercheck.RBACDefaultsHook, peered: true,
@@ -113,7 +105,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			}
 			dir := filepath.Join(root, manifests.StaticPodDir)
 			os.MkdirAll(dir, 0o755)
-			for _, name := range controlPlanePods {
+			for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				os.WriteFile(filepath.Join(dir, name+".yaml"), []byte("last boot's"), 0o644)
 			}
 			var quorumCalls, readyCalls atomic.Int32
@@ -139,13 +131,6 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 			sys := &kubeletWatcher{root: root}
 			var log []string
 			n := &Node{Root: root, Sys: sys, Wait: time.Second, Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) },
-				EtcdListens: func(context.Context) error {
-					note("listens")
-					if tc.neverListens {
-						return errors.New("refused")
-					}
-					return nil
-				},
 				EtcdQuorum: func(context.Context) error {
 					note("quorum")
 					if c := int(quorumCalls.Add(1)); tc.quorumAfter < 0 || c <= tc.quorumAfter {
@@ -172,11 +157,10 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				n.Wait = time.Minute
 			}
 			n.file, n.cat = mustLoad(t, n)
-			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd kiln-node-dns]"
+			atStart, quorumWith := []string{"etcd"}, "quorum with [etcd]"
 			if tc.alone {
 				n.file.Masters = n.file.Masters[:1]
-				atStart = []string{"etcd", "kiln-node-dns", "kube-apiserver"}
-				quorumWith = "quorum with [etcd kiln-node-dns kube-apiserver]"
+				atStart, quorumWith = []string{"etcd", "kube-apiserver"}, "quorum with [etcd kube-apiserver]"
 			}
 			if err := n.startControlPlane(context.Background()); err != nil {
 				t.Fatal(err)
@@ -185,13 +169,12 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				t.Errorf("the kubelet started with %v (the last boot's files left: %v), want %v, rendered anew", sys.atStart, sys.stale, atStart)
 			}
 			for _, o := range order {
-				if strings.HasPrefix(o, "listens") && (tc.alone || o != "listens with [etcd]") ||
-					strings.HasPrefix(o, "quorum") && o != quorumWith ||
-					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kiln-node-dns kube-apiserver]" {
+				if strings.HasPrefix(o, "quorum") && o != quorumWith ||
+					strings.HasPrefix(o, "readyz") && o != "readyz with [etcd kube-apiserver]" {
 					t.Errorf("%s: out of order (all checks: %q)", o, order)
 				}
 			}
-			if present, stale := podsPresent(root); len(present) != len(controlPlanePods) || stale {
+			if present, stale := podsPresent(root); len(present) != 4 || stale {
 				t.Errorf("static pods at the end: %v (the last boot's files left: %v)", present, stale)
 			}
 			wantInOrder(t, log, tc.wantLog)
@@ -242,7 +225,7 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 			defer m2.Close()
 			var log []string
 			n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, Log: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) },
-				EtcdListens: func(context.Context) error { return nil }, EtcdQuorum: func(context.Context) error { return nil }, EtcdLeads: tc.leads,
+				EtcdQuorum: func(context.Context) error { return nil }, EtcdLeads: tc.leads,
 				APIAt: func(address string) (kubernetes.Interface, error) {
 					if address == "10.0.2.51" {
 						return kubernetes.NewForConfig(&rest.Config{Host: m2.URL})

@@ -56,9 +56,6 @@ type Node struct {
 	// EtcdMembers lists the cluster's members through this node's etcd
 	// member; nil means a client of the member at the node's address.
 	EtcdMembers func(ctx context.Context) ([]etcdmember.Member, error)
-	// EtcdListens is nil once this node's etcd member accepts
-	// connections on its peer port; nil means a TCP dial of that port.
-	EtcdListens func(ctx context.Context) error
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string
