@@ -93,7 +93,7 @@ func TestAllReadyDoesNotWaitForAHeldMaster(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	held := fake.NewClientset()
-	held.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+	held.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		select { // a TLS handshake that times out, shortened
 		case <-release:
 		case <-time.After(3 * time.Second):
