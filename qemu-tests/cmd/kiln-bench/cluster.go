@@ -439,12 +439,14 @@ func threeReady(ctx context.Context, kube kubernetes.Interface, since time.Time,
 	if err != nil {
 		return err
 	}
+	for i := range list.Items {
+		saw(&list.Items[i])
+	}
 	for _, name := range []string{"m1", "m2", "w1"} {
 		i := slices.IndexFunc(list.Items, func(n corev1.Node) bool { return n.Name == name })
 		if i < 0 {
 			return fmt.Errorf("node %s is not registered", name)
 		}
-		saw(&list.Items[i])
 		if err := clustercheck.NodeIsReady(&list.Items[i], since); err != nil {
 			return err
 		}
