@@ -49,7 +49,7 @@ unit: deps
 # a containerd seed made, planted and read by the image's real containerd.
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestEtcdQuorumOnARealEtcd' ./firstboot/role/
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./imageseed/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./builder/imageseed/
 
 # The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
 # across nodes, a whole-cluster power cut) and the genesis join run first,
@@ -78,7 +78,7 @@ rebuild-test: image
 # (cold: about 25 min on 2 cores). make image builds the same pins itself;
 # this target only warms the cache and proves the builds.
 components: deps
-	KILN_COMPONENTS=1 $(GO) test -count=1 -timeout 55m -v -run 'TestBuildComponents|TestBuildCoreDNS' ./gobuild/
+	KILN_COMPONENTS=1 $(GO) test -count=1 -timeout 55m -v -run 'TestBuildComponents|TestBuildCoreDNS' ./builder/gobuild/
 
 bench: deps bin/kiln
 	bash scripts/bench.sh

@@ -8,9 +8,9 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/units"
-	"github.com/kiln-project/kiln/nodefile"
 )
 
 // Paths of the agent in the image; docs/architecture.md names them too.

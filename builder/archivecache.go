@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kiln-project/kiln/builder/ociimage"
 	"github.com/kiln-project/kiln/internal/atomicfile"
-	"github.com/kiln-project/kiln/ociimage"
 )
 
 // The image archive cache. Packing an archive gzips its binaries (about

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/ociimage"
+	"github.com/kiln-project/kiln/builder/ociimage"
 )
 
 func TestArchiveCacheLinksTheSameArchiveAndRepacksOnChange(t *testing.T) {

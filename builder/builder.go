@@ -18,11 +18,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/builder/imageseed"
 	"github.com/kiln-project/kiln/images"
-	"github.com/kiln-project/kiln/imageseed"
 	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/internal/syncwriter"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // Options configure one build.

@@ -15,13 +15,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/kiln-project/kiln/catalog"
-	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/builder/gobuild"
+	"github.com/kiln-project/kiln/builder/ociimage"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/rtexec"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/ociimage"
-	"github.com/kiln-project/kiln/rtexec"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // hostPrograms are the component programs that run on the host, not in a

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/builder/imageseed"
+	"github.com/kiln-project/kiln/builder/ociimage"
+	"github.com/kiln-project/kiln/contract/rtexec"
 	"github.com/kiln-project/kiln/images"
-	"github.com/kiln-project/kiln/imageseed"
-	"github.com/kiln-project/kiln/ociimage"
-	"github.com/kiln-project/kiln/rtexec"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // releaseFixture is what an operator points a spec at instead of the

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kiln-project/kiln/ociimage"
+	"github.com/kiln-project/kiln/builder/ociimage"
 )
 
 // iptables is what kube-proxy's image needs from the root filesystem: the

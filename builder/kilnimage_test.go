@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/kiln-project/kiln/catalog"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // fakeNetRootfs gives rootfs what kiln-net's tools come from, laid out as

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // Manifest says what an image holds. It is written last, next to the

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/images"
 )
 

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kiln-project/kiln/catalog"
-	"github.com/kiln-project/kiln/imageseed"
+	"github.com/kiln-project/kiln/builder/imageseed"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // seedImages bakes every image as a ready-made containerd store

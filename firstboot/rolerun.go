@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/role"
 	"github.com/kiln-project/kiln/internal/atomicfile"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // RunRole does the node's role (kiln-role.service, after the config is

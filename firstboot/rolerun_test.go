@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/catalog"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 // versionRoot is a node whose node file asks for nodeVersion and whose

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-project/kiln/validation"
+	"github.com/kiln-project/kiln/internal/validation"
 )
 
 func TestDefaultSpecIsValid(t *testing.T) {

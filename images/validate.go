@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kiln-project/kiln/validation"
+	"github.com/kiln-project/kiln/internal/validation"
 )
 
 var (

@@ -13,8 +13,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // Labels the add-ons and anchors select nodes by.

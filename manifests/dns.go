@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/contract/discovery"
 )
 
 // Corefile is the node-local CoreDNS configuration: the discovery name

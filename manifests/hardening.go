@@ -3,7 +3,7 @@ package manifests
 import (
 	"strings"
 
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // The apiserver's configuration files: the role renders the audit policy

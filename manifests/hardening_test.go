@@ -10,7 +10,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // renderedFiles are a genesis node's files by path, as the role writes

@@ -6,8 +6,8 @@
 package manifests
 
 import (
-	"github.com/kiln-project/kiln/etcdmember"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // Paths on the node. The static pod directory and the live discovery

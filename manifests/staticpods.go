@@ -8,9 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/rtexec"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/rtexec"
 )
 
 // arg is one command-line flag of a component; a list keeps the order

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // Timing is how patient the control plane is with itself: etcd's raft
@@ -64,10 +64,10 @@ type Timing struct {
 	EtcdRealtime bool
 }
 
-// timings are the profiles, by the names site.Timings lists.
+// timings are the profiles, by the names nodefile.Timings lists.
 var timings = map[string]Timing{
 	// etcd's and Kubernetes' own defaults, and a start may take 5 min.
-	site.TimingDefault: {
+	nodefile.TimingDefault: {
 		EtcdHeartbeat: 100 * time.Millisecond, EtcdElection: 1000 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 		NodeLease: 40 * time.Second, NodeGrace: 50 * time.Second,
@@ -86,7 +86,7 @@ var timings = map[string]Timing{
 	// restarted, and container statistics are read every 30 s (a kubelet
 	// profiled under TCG spent 23% of its CPU in cAdvisor's housekeeping
 	// at 10 s), and etcd runs under the real-time round-robin policy.
-	site.TimingSlow: {
+	nodefile.TimingSlow: {
 		EtcdHeartbeat: 500 * time.Millisecond, EtcdElection: 5000 * time.Millisecond,
 		LeaseDuration: 120 * time.Second, RenewDeadline: 100 * time.Second, RetryPeriod: 20 * time.Second,
 		NodeLease: 120 * time.Second, NodeGrace: 180 * time.Second,
@@ -119,7 +119,7 @@ func TimingFor(name string) Timing {
 	if t, ok := timings[name]; ok {
 		return t
 	}
-	return timings[site.TimingDefault]
+	return timings[nodefile.TimingDefault]
 }
 
 func timing(p Params) Timing { return TimingFor(p.Node.Cluster.Timing) }

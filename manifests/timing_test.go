@@ -12,17 +12,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kiln-project/kiln/rtexec"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/rtexec"
 )
 
 // Every name the site accepts has a profile, and every profile keeps the
 // rules its components enforce or recommend.
 func TestTimingProfilesAreSound(t *testing.T) {
-	if len(timings) != len(site.Timings) {
-		t.Errorf("%d profiles for %d site timing names", len(timings), len(site.Timings))
+	if len(timings) != len(nodefile.Timings) {
+		t.Errorf("%d profiles for %d site timing names", len(timings), len(nodefile.Timings))
 	}
-	for _, name := range site.Timings {
+	for _, name := range nodefile.Timings {
 		tm, ok := TimingProfile(name)
 		if !ok {
 			t.Errorf("site timing %q has no profile", name)
@@ -60,7 +60,7 @@ func TestTimingProfilesAreSound(t *testing.T) {
 // The slow profile is the more patient one in every bound that can
 // give up on a slow start.
 func TestSlowTimingIsMorePatient(t *testing.T) {
-	d, s := TimingFor(site.TimingDefault), TimingFor(site.TimingSlow)
+	d, s := TimingFor(nodefile.TimingDefault), TimingFor(nodefile.TimingSlow)
 	for _, c := range []struct {
 		name          string
 		fast, patient time.Duration

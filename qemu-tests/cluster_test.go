@@ -24,16 +24,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/builder/gobuild"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodeops"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/ops/nodeops"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
-	"github.com/kiln-project/kiln/site"
 )
 
 // The cluster scenario's bounds under TCG on 2 cores.

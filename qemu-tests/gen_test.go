@@ -5,11 +5,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kiln-project/kiln/nodeconfig"
-	"github.com/kiln-project/kiln/pki"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
-	"github.com/kiln-project/kiln/site"
 )
 
 var genSite = cluster.SiteHead(`  sshAuthorizedKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFm2Vh0bT0kLnaaQ4s6Ukq2nNQ4Xg7Jt0pH8YFZ9qY0c ops@test"]

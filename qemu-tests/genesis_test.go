@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )

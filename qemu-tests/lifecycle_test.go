@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"

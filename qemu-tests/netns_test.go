@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"

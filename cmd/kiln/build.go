@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/builder"
-	"github.com/kiln-project/kiln/gobuild"
+	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/images"
 	"github.com/spf13/cobra"
 )

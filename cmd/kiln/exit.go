@@ -4,9 +4,9 @@ import (
 	"errors"
 	"os"
 
+	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/internal/outdir"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/validation"
+	"github.com/kiln-project/kiln/internal/validation"
 )
 
 // exitUsage is returned for bad flags, arguments or input files;

@@ -5,9 +5,9 @@ import (
 	"io"
 
 	"github.com/kiln-project/kiln/firstboot/source"
-	"github.com/kiln-project/kiln/nodeconfig"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/spf13/cobra"
 )
 

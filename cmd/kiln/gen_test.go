@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/internal/treetest"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {

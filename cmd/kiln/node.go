@@ -17,16 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kiln-project/kiln/anchor"
-	"github.com/kiln-project/kiln/catalog"
+	"github.com/kiln-project/kiln/builder/imageseed"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/nodelabels"
 	"github.com/kiln-project/kiln/firstboot"
 	"github.com/kiln-project/kiln/firstboot/leave"
-	"github.com/kiln-project/kiln/imageseed"
-	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/netcheck"
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/nodelabels"
+	"github.com/kiln-project/kiln/node/anchor"
+	"github.com/kiln-project/kiln/node/catalog"
+	"github.com/kiln-project/kiln/node/kilnnet"
+	"github.com/kiln-project/kiln/node/netcheck"
 )
 
 // The subcommands below run on nodes: in the image's units and in the

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kiln-project/kiln/nodeops"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/ops/nodeops"
 )
 
 // The operator's commands against a running cluster, from the site file

@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/spf13/cobra"
 )
 

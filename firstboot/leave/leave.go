@@ -33,9 +33,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // Runner runs host commands (systemctl).

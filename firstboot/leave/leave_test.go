@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 type recorder struct{ cmds []string }

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/kiln-project/kiln/anchor"
-	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/node/anchor"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // Master is what a master needs to leave the control plane when it is

@@ -26,10 +26,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // cluster is a master's agent access to the apiservers (system:masters:

@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
-	"github.com/kiln-project/kiln/kilnnet"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/kilnnet"
 )
 
 // PodCIDRRecord is the pod CIDR this node's Node was given, kept on the
@@ -141,7 +141,7 @@ func (n *Node) claimPodCIDR(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the cluster's pod CIDR %q: %w", n.file.Cluster.PodCIDR, err)
 	}
-	block := netip.PrefixFrom(cluster.Masked().Addr(), site.NodePodBits(cluster.Addr())).String()
+	block := netip.PrefixFrom(cluster.Masked().Addr(), nodefile.NodePodBits(cluster.Addr())).String()
 	c, err := n.client(n.file.Address)
 	if err != nil {
 		return err
@@ -231,7 +231,7 @@ func givePodCIDRs(ctx context.Context, kube kubernetes.Interface, cluster netip.
 		}
 		used[nd.Spec.PodCIDR] = true
 	}
-	bits := site.NodePodBits(cluster.Addr())
+	bits := nodefile.NodePodBits(cluster.Addr())
 	given := map[string]string{}
 	next := 0
 	for _, nd := range nodes.Items {

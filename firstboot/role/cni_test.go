@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/kiln-project/kiln/kilnnet"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/kilnnet"
 )
 
 // While a node waits for its own Ready, the agent writes kiln-net's

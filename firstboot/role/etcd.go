@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // member is an etcd member as the join sees it.

@@ -14,11 +14,11 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // errClusterExists sends a genesis node whose cluster already exists

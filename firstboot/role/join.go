@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // Bounds of the etcd join under TCG on a loaded machine: the learner's

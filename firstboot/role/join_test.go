@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/etcdmember"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // fakeEtcd is the cluster's etcd as the join sees it: a member list, a

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kiln-project/kiln/contract/nodelabels"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodelabels"
 )
 
 // kubeletEnv is the kubelet's per-node arguments: its address and name,

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/contract/discovery"
 )
 
 // ensureNodeLocalAddress makes sure the node-local DNS address is on its

@@ -12,11 +12,11 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // stage is one step of a control plane brought back in order: its static

@@ -14,8 +14,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/kiln-project/kiln/clustercheck"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/node/clustercheck"
 )
 
 // A role cut short resumes at its first unstamped one-shot phase; the

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kiln-project/kiln/etcdmember"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // presence is what a probe of another master's etcd port proves.

@@ -20,13 +20,13 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/catalog"
-	"github.com/kiln-project/kiln/discovery"
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/catalog"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // Runner runs host commands (systemctl).

@@ -22,13 +22,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/kiln-project/kiln/catalog"
-	"github.com/kiln-project/kiln/discovery"
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodeconfig"
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/node/catalog"
 )
 
 const testSite = `apiVersion: kiln.dev/v1alpha1

@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/etcdmember"
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/certtest"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // A kubelet whose client certificate is about to expire renews it: with

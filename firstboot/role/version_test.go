@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // The role publishes the agent's version on its own Node as its kubelet;

@@ -3,9 +3,9 @@ package cluster
 import (
 	"path/filepath"
 
-	"github.com/kiln-project/kiln/nodeconfig"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 )
 
 // AdminKubeconfig is the operator's admin.kubeconfig of a site whose PKI

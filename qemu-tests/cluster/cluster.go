@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/gen/pki"
+	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/freeport"
-	"github.com/kiln-project/kiln/nodeconfig"
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/pki"
-	"github.com/kiln-project/kiln/site"
 )
 
 // GenesisMAC is the genesis node's NIC: its static address is matched by it.

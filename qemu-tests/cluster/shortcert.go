@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/certtest"
-	"github.com/kiln-project/kiln/nodefile"
 )
 
 // WithShortLivedKubeletCert replaces, in node's rendered config, the

@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/ignition"
-	"github.com/kiln-project/kiln/nodefile"
 )
 
 func TestShortLivedKubeletCertChainsToTheClusterCA(t *testing.T) {

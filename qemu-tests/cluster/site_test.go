@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-project/kiln/nodefile"
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/site"
 )
 
 func TestTopologiesRenderEveryNode(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kiln-project/kiln/clustercheck"
-	"github.com/kiln-project/kiln/nodefile"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/timeline"

@@ -20,11 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/clustercheck"
+	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/console"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
-	"github.com/kiln-project/kiln/site"
 )
 
 var genesisDone = regexp.MustCompile(`kiln-firstboot: done role=genesis`)

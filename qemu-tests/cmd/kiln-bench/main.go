@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kiln-project/kiln/site"
+	"github.com/kiln-project/kiln/gen/site"
 )
 
 func main() {

@@ -1,0 +1,187 @@
+// Package nodefile owns /etc/kiln/node.json, the contract between kiln gen
+// and the node agent: the node's role and the cluster parameters its
+// components are configured from. It imports nothing from kiln, so every
+// side of the contract (gen, the agent, the roles, the manifests) can.
+package nodefile
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Where kiln gen's files land on a node: this file, the node's PKI files
+// and its kubeconfigs. The agent and the manifests read them there.
+const (
+	Dir           = "/etc/kiln"
+	Path          = Dir + "/node.json"
+	PKIDir        = "/etc/kiln/pki"
+	KubeconfigDir = "/etc/kiln/kubeconfig"
+	// AgentKubeconfig is a master's own credential, which the agent
+	// installs the add-ons and labels the master with (system:masters).
+	// It is not the operator's admin.kubeconfig.
+	AgentKubeconfig = KubeconfigDir + "/agent.conf"
+	// APIServerConfigDir holds the apiserver's configuration files.
+	APIServerConfigDir = "/etc/kiln/apiserver"
+	// EncryptionConfigPath is the apiserver's encryption configuration,
+	// which holds the key Secrets are encrypted in etcd with.
+	EncryptionConfigPath = APIServerConfigDir + "/encryption-config.yaml"
+)
+
+// KilnBinary is where every node image carries the static kiln binary:
+// the agent, and the program the pods of the kiln image run (they mount
+// it from the node, so each node runs the kiln it was imaged with).
+const KilnBinary = "/usr/bin/kiln"
+
+// A node's departure: kiln node remove marks the Node with
+// RemovedAnnotation once its etcd member (if any) is gone; the node's
+// kiln-leave service then records RemovedStamp on the state partition,
+// stops the kubelet and every pod, and answers with LeftAnnotation. A
+// node with the stamp stays out on every later boot, until it is
+// re-imaged with a blank state disk.
+const (
+	RemovedAnnotation = "kiln.dev/removed"
+	LeftAnnotation    = "kiln.dev/left"
+	RemovedStamp      = "/var/lib/kiln/removed"
+)
+
+// VersionAnnotation is the version of kiln (agent and image) a node
+// runs, which its role publishes on its Node every boot for kiln node
+// list.
+const VersionAnnotation = "kiln.dev/version"
+
+// StampDir holds the role's one-shot steps' stamps, on the state
+// partition: <role>/<phase>, e.g. master/label once the master label is
+// on the Node.
+const StampDir = "/var/lib/kiln/stamps"
+
+// ClusterAdminsGroup is the group of the operator's admin credential,
+// bound to the cluster-admin role by an add-on (as kubeadm binds
+// kubeadm:cluster-admins): RBAC can take it away, unlike system:masters.
+const ClusterAdminsGroup = "kiln:cluster-admins"
+
+// APIVersion and Kind identify the document.
+const (
+	APIVersion = "kiln.dev/v1alpha1"
+	Kind       = "Node"
+)
+
+// Roles a node can have.
+const (
+	RoleGenesis = "genesis"
+	RoleMaster  = "master"
+	RoleWorker  = "worker"
+)
+
+// NodeFile is /etc/kiln/node.json: what the agent needs to know about the
+// node's role and the cluster, beyond the files the config writes.
+type NodeFile struct {
+	APIVersion  string            `json:"apiVersion"`
+	Kind        string            `json:"kind"`
+	Name        string            `json:"name"`
+	Role        string            `json:"role"`
+	Address     string            `json:"address,omitempty"`
+	InstallDisk string            `json:"installDisk,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Taints      []Taint           `json:"taints,omitempty"`
+	Cluster     ClusterParams     `json:"cluster"`
+	Masters     []Member          `json:"masters"`
+}
+
+// ClusterParams are the cluster-wide settings a node's components use.
+type ClusterParams struct {
+	Name              string   `json:"name"`
+	KubernetesVersion string   `json:"kubernetesVersion"`
+	Domain            string   `json:"domain"`
+	PodCIDR           string   `json:"podCIDR"`
+	ServiceCIDR       string   `json:"serviceCIDR"`
+	ClusterDNS        string   `json:"clusterDNS"`
+	APIServerPort     int      `json:"apiServerPort"`
+	DiscoveryName     string   `json:"discoveryName"`
+	NodeLocalDNS      string   `json:"nodeLocalDNS"`
+	UpstreamDNS       []string `json:"upstreamDNS,omitempty"`
+	NTPServers        []string `json:"ntpServers,omitempty"`
+	// Timing is the site's timing profile (Timings); empty in node
+	// files written before it existed, which means the default.
+	Timing string `json:"timing,omitempty"`
+	// VerifyKubelets says that every node of the site has a static
+	// address, so every kubelet serving certificate kiln issued names the
+	// address the apiserver dials: the apiserver checks them against the
+	// cluster CA. A DHCP node's certificate names its hostname only.
+	VerifyKubelets bool `json:"verifyKubelets,omitempty"`
+}
+
+// Taint is a Kubernetes node taint.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// Member is a control-plane node: an etcd member and an apiserver.
+type Member struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}
+
+// Read loads and checks a node file.
+func Read(path string) (*NodeFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the node file: %w", err)
+	}
+	var f NodeFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if f.APIVersion != APIVersion || f.Kind != Kind {
+		return nil, fmt.Errorf("%s: apiVersion/kind %s/%s, want %s/%s", path, f.APIVersion, f.Kind, APIVersion, Kind)
+	}
+	if f.Name == "" || f.Role == "" {
+		return nil, fmt.Errorf("%s: name and role are required", path)
+	}
+	return &f, nil
+}
+
+// ControlPlaneLabels mark a Node as a master, which draws the control
+// plane's DaemonSets to it: only a master's own join sets them.
+var ControlPlaneLabels = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+
+// RefusedWorkerLabel says why a worker may not carry the label key, "" when
+// it may. A worker's labels that its kubelet may not set reach its Node at
+// its own request (package nodelabels), so kiln gen refuses, and a master
+// never applies, those that would let a node's claim draw the control
+// plane or isolated workloads to it.
+func RefusedWorkerLabel(key string) string {
+	switch {
+	case slices.Contains(ControlPlaneLabels, key):
+		return "marks the control plane, which only a master's own join sets"
+	case strings.HasPrefix(key, "node-restriction.kubernetes.io/"):
+		return "node-restriction.kubernetes.io/ labels mark isolation and are an administrator's to set with kubectl label, never a node's own request"
+	}
+	return ""
+}
+
+// Timing profiles: how patient the control plane is with its own
+// members. Every master renders the same profile, so etcd's heartbeat
+// and election timeout match across members.
+const (
+	TimingDefault = "default" // Kubernetes' and etcd's own defaults
+	TimingSlow    = "slow"    // loaded, small or emulated machines: slower failover, no restarts of slow starts
+)
+
+// Timings lists the valid values of Cluster.Timing.
+var Timings = []string{TimingDefault, TimingSlow}
+
+// NodePodBits is the prefix length of the block of pod addresses the
+// controller-manager gives each node: its default for the family, as kiln
+// does not set --node-cidr-mask-size.
+func NodePodBits(a netip.Addr) int {
+	if a.Is4() {
+		return 24
+	}
+	return 64
+}

@@ -1,0 +1,67 @@
+// Package nodeconfig turns a site and its PKI into one Ignition config per
+// node: hostname, networkd files, SSH keys, the node's certificates and
+// kubeconfigs (only what its role needs), the seed discovery zone and the
+// kiln node file that tells the agent its role. Generate writes them all
+// or nothing.
+package nodeconfig
+
+import (
+	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/site"
+)
+
+// Paths on the node, as docs/architecture.md fixes them.
+const (
+	NodeFilePath  = nodefile.Path
+	PKIDir        = nodefile.PKIDir
+	KubeconfigDir = nodefile.KubeconfigDir
+	ZonePath      = "/etc/kiln/discovery.zone"
+	// EncryptionConfigPath holds the Secrets encryption key: masters only.
+	EncryptionConfigPath = nodefile.EncryptionConfigPath
+	NetworkPath          = "/etc/systemd/network/10-kiln.network"
+	HostnamePath         = "/etc/hostname"
+	IgnitionSpec         = "3.5.0"
+	StatePartLabel       = "KILN-STATE"
+)
+
+func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
+	c := s.Cluster
+	f := nodefile.NodeFile{
+		APIVersion: nodefile.APIVersion, Kind: nodefile.Kind,
+		Name: n.Name, Role: n.Role, InstallDisk: n.InstallDisk, Labels: n.Labels, Taints: taints(n.Taints),
+		Cluster: nodefile.ClusterParams{
+			Name: c.Name, KubernetesVersion: c.KubernetesVersion, Domain: c.Domain,
+			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
+			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
+			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
+			Timing: c.Timing, VerifyKubelets: allStatic(s),
+		},
+	}
+	if ip := n.IP(); ip.IsValid() {
+		f.Address = ip.String()
+	}
+	for _, m := range s.Masters() {
+		f.Masters = append(f.Masters, nodefile.Member{Name: m.Name, Address: m.IP().String()})
+	}
+	return f
+}
+
+// allStatic reports whether every node of the site has a static address,
+// which its kubelet serving certificate then names.
+func allStatic(s *site.Site) bool {
+	for _, n := range s.Nodes {
+		if !n.IP().IsValid() {
+			return false
+		}
+	}
+	return true
+}
+
+func taints(in []site.Taint) []nodefile.Taint {
+	var out []nodefile.Taint
+	for _, t := range in {
+		out = append(out, nodefile.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package nodeops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kiln-project/kiln/contract/nodefile"
+)
+
+// DefaultLeaveTimeout bounds the wait for a running node to stop.
+const DefaultLeaveTimeout = 2 * time.Minute
+
+// markRemoved tells the node to leave: its kiln-leave service stops the
+// kubelet and every pod once the Node carries the mark. It comes after
+// the etcd member is gone, so a master's etcd never stops while it is
+// still a member.
+func (r *Remover) markRemoved(ctx context.Context, n *node, log Logf) error {
+	if n.obj == nil {
+		log("no Node %s in the cluster: nothing to mark", n.name)
+		return nil
+	}
+	if at, ok := n.obj.Annotations[nodefile.RemovedAnnotation]; ok {
+		log("Node %s was already marked removed (%s)", n.name, at)
+		return nil
+	}
+	at := r.now().UTC().Format(time.RFC3339)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.RemovedAnnotation: at}}})
+	obj, err := r.Kube.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		log("Node %s is gone: nothing to mark", n.name)
+		n.obj = nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("marking Node %s removed: %w", n.name, err)
+	}
+	n.obj = obj
+	log("marked Node %s removed (%s=%s): the node stops its kubelet and pods and stays out until re-imaged", n.name, nodefile.RemovedAnnotation, at)
+	return nil
+}
+
+// waitLeft waits, within its bound, for a Ready node to answer that it
+// stopped; a node that is down cannot, and is told by the mark no more:
+// deleting its Node removes the mark, so if it boots again with its
+// state disk, its kubelet registers the Node again.
+func (r *Remover) waitLeft(ctx context.Context, n *node, log Logf) error {
+	if n.obj == nil {
+		log("no Node %s in the cluster: nothing to wait for", n.name)
+		return nil
+	}
+	if ready := readyOf(n.obj); ready != "Ready" {
+		log("%s is not Ready (Ready=%s): not waiting for it to stop. Keep it powered off, or re-image it: "+
+			"booted again with its state disk, its kubelet would register the Node again", n.name, ready)
+		return nil
+	}
+	bound := r.LeaveTimeout
+	if bound == 0 {
+		bound = DefaultLeaveTimeout
+	}
+	deadline := r.now().Add(bound)
+	for {
+		obj, err := r.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			log("Node %s is gone", n.name)
+			n.obj = nil
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading Node %s: %w", n.name, err)
+		}
+		if at, ok := obj.Annotations[nodefile.LeftAnnotation]; ok {
+			log("%s stopped its kubelet and pods at %s", n.name, at)
+			return nil
+		}
+		if !r.now().Before(deadline) {
+			log("%s did not say it stopped within %s (an image without kiln-leave, or its apiserver unreachable): "+
+				"power it off or re-image it, or its kubelet registers the Node again", n.name, bound)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.pollInterval()):
+		}
+	}
+}
+
+func (r *Remover) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Remover) pollInterval() time.Duration {
+	if r.PollInterval > 0 {
+		return r.PollInterval
+	}
+	return 2 * time.Second
+}
