@@ -114,7 +114,9 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		t.Fatal(err)
 	}
 	r.cfgs["m1"] = withDockerProbe(t, m1)
+	survey := holdMasterEtcdPort(t, r)
 	r.bootAll(t)
+	survey.check(t)
 	tp = r.tp // without the worker, when the host was too slow for it
 	nodes, seg, kube, image, cfgs := r.nodes, r.seg, r.kube, r.image, r.cfgs
 	from := tp.Machines[len(tp.Machines)-1].Name // w1 where the run has it
@@ -160,6 +162,8 @@ type clusterRun struct {
 	// workerBound, when not 0: a worker waiting for a machine whose
 	// first boot took longer stays off (bootAll).
 	workerBound time.Duration
+	// afterPowerOn run once the first machines are powered on (bootAll).
+	afterPowerOn []func()
 }
 
 // newClusterRun generates the topology's configs and makes its segment;
@@ -228,6 +232,9 @@ func (r *clusterRun) hold(name string) *clusterVM {
 func (r *clusterRun) bootAll(t *testing.T) {
 	t.Helper()
 	r.powerOn(t, "")
+	for _, f := range r.afterPowerOn {
+		f()
+	}
 	// Registered after the VMs, so it runs while they still do.
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -42,10 +42,20 @@ func (n *Node) runGenesis(ctx context.Context) (Result, error) {
 	}
 	res, err := n.runRole(ctx, nodefile.RoleGenesis, "bootstrapped", n.genesisPhases())
 	if errors.Is(err, errClusterExists) {
-		n.Log("genesis: %s; joining as a master", strings.TrimPrefix(err.Error(), "genesis/cluster-absent: "))
+		n.Log("genesis: %s; joining as a master", clusterExistsReason(err))
 		return n.runRole(ctx, nodefile.RoleMaster, "joined", n.masterPhases())
 	}
 	return res, err
+}
+
+// clusterExistsReason is the part of a cluster-absent error that says
+// which master answered: "cluster already exists (m2 answers)".
+func clusterExistsReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, errClusterExists.Error()); i >= 0 {
+		return msg[i:]
+	}
+	return msg
 }
 
 func (n *Node) genesisPhases() []phase {
@@ -70,24 +80,47 @@ func (n *Node) genesisPhases() []phase {
 	}
 }
 
-// requireNoCluster probes every other master's etcd. One that answers
-// means the cluster exists; one that cannot be ruled out (a timeout, a
-// certificate from another CA) means this node refuses to bootstrap:
-// only a refused connection or an unreachable address count as absent.
+// requireNoCluster waits until every other master is ruled out or one
+// answers as an etcd member (errClusterExists: the node joins it). A
+// master is ruled out by a refused connection, an unreachable address or
+// its waiting banner (beacon.go); one that cannot be ruled out (a
+// timeout: a busy machine, a port still blocked, a slow link) keeps this
+// node from bootstrapping, and it asks again, saying every
+// clustercheck.Report whom it waits for. The wait has no bound: the way
+// out is on the console (that master answering, or the path to it
+// fixed). Only a proven foreign PKI ends it.
 func (n *Node) requireNoCluster(ctx context.Context) error {
 	cfg, err := n.etcdClientTLS()
 	if err != nil {
 		return err
 	}
-	answering, doubt := n.survey(ctx, cfg)
-	if len(answering) > 0 {
-		return fmt.Errorf("%w (%s answers)", errClusterExists, answering[0].Name)
+	var last surveyed
+	var lastReport time.Time
+	err = clustercheck.Wait(ctx, "every other master ruled out", clustercheck.NoBound, nil, func(ctx context.Context) error {
+		last = n.survey(ctx, cfg)
+		switch {
+		case len(last.answering) > 0:
+			return clustercheck.Final(fmt.Errorf("%w (%s answers)", errClusterExists, last.answering[0].Name))
+		case last.foreign() != nil:
+			return clustercheck.Final(fmt.Errorf("%w: %w: this node and that master were given different PKIs (another kiln gen run?); "+
+				"boot every machine of the site with configs from one kiln gen run, or re-image the site's masters to start over", errRefused, last.foreign()))
+		case len(last.doubts) > 0:
+			if time.Since(lastReport) >= clustercheck.Report {
+				lastReport = time.Now()
+				n.Log("genesis: waiting to rule out %s; not bootstrapping while a cluster may exist (power that master on, or fix the path to its etcd port)", last.waitingOn())
+			}
+			return last.doubt()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if doubt != nil {
-		return fmt.Errorf("%w: cannot tell whether this site's cluster exists: %w. Fix the path to that master, or re-image the site's masters to start over", errRefused, doubt)
+	for _, m := range last.waiting {
+		n.Log("genesis: master %s answers as waiting to join, with no etcd member: ruled out", m.Name)
 	}
 	if others := n.otherMasters(); len(others) > 0 {
-		n.Log("no etcd answers at the site's other masters (%d): bootstrapping is safe", len(others))
+		n.Log("no etcd member runs at the site's other masters (%d): bootstrapping is safe", len(others))
 	}
 	return nil
 }

@@ -43,7 +43,11 @@ func (n *Node) masterPhases() []phase {
 // etcd answers. A master never bootstraps; a certificate the cluster
 // rejects, or a cluster whose certificate this node's CA did not sign
 // (a config from another site's PKI), ends the wait at once, before
-// anything is added to etcd.
+// anything is added to etcd. Meanwhile a master with no etcd member
+// answers genesis surveys on its etcd port (beacon.go), so a genesis
+// node powered on beside it rules it out at once. The wait has no
+// bound: the cluster's genesis node ends it, and the console names what
+// is missing.
 func (n *Node) waitForCluster(ctx context.Context) error {
 	cfg, err := n.etcdClientTLS()
 	if err != nil {
@@ -52,22 +56,24 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 	if len(n.otherMasters()) == 0 {
 		return fmt.Errorf("the node file lists no other master to join")
 	}
-	return clustercheck.Wait(ctx, "the cluster", n.Wait, n.Log, func(ctx context.Context) error {
-		answering, doubt := n.survey(ctx, cfg)
-		if len(answering) > 0 {
+	defer n.stopBeacon()
+	return clustercheck.Wait(ctx, "the cluster (its genesis node bootstraps it; this master joins it)", clustercheck.NoBound, n.Log, func(ctx context.Context) error {
+		n.startBeacon()
+		s := n.survey(ctx, cfg)
+		if len(s.answering) > 0 {
 			n.answering = nil
-			for _, m := range answering {
+			for _, m := range s.answering {
 				n.answering = append(n.answering, m.Address)
 			}
 			return nil
 		}
-		if foreignPKI(doubt) {
-			return clustercheck.Final(doubt)
+		if err := s.foreign(); err != nil {
+			return clustercheck.Final(err)
 		}
-		if doubt == nil {
-			doubt = fmt.Errorf("no master's etcd answers yet")
+		if err := s.doubt(); err != nil {
+			return err
 		}
-		return doubt
+		return fmt.Errorf("no master's etcd answers yet")
 	})
 }
 

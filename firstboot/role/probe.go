@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +25,9 @@ const (
 	// present: a TLS server with a certificate from the site's etcd CA
 	// accepted this node's client certificate: a member runs there.
 	present
+	// waiting: that master's agent answered instead of etcd (beacon.go):
+	// a master of this site waiting to join, with no etcd member.
+	waiting
 	// unknown: a timeout, a certificate from another CA, a rejected
 	// client certificate: not proof of anything, so a genesis node must
 	// not bootstrap on it.
@@ -45,11 +49,14 @@ func foreignPKI(err error) bool {
 	return errors.Is(err, errCertRejected) || errors.Is(err, errForeignCA)
 }
 
-// probeEtcd tells whether an etcd member answers at addr. It fails
-// closed: only a refused connection or an unreachable host count as
-// absent.
-func probeEtcd(ctx context.Context, addr string, cfg *tls.Config) (presence, error) {
-	ctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+// probeBound bounds one probe of a master's etcd port.
+const probeBound = 8 * time.Second
+
+// probeEtcd tells whether an etcd member answers at addr within bound.
+// It fails closed: only a refused connection, an unreachable host or a
+// master's waiting banner count as no member.
+func probeEtcd(ctx context.Context, addr string, cfg *tls.Config, bound time.Duration) (presence, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -67,14 +74,25 @@ func probeEtcd(ctx context.Context, addr string, cfg *tls.Config) (presence, err
 	}
 	// Under TLS 1.3 the server checks the client's certificate after the
 	// client's handshake ends: its alert, if any, is the first read.
-	// etcd's gRPC server speaks first (its HTTP/2 settings) when it
-	// accepted us; a read timeout also means no alert came.
+	// etcd's gRPC server speaks first (its HTTP/2 settings) or waits for
+	// the client when it accepted us; a read timeout also means no alert
+	// came. A master waiting to join writes its banner.
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-	var b [1]byte
-	if _, err := conn.Read(b[:]); err != nil && !isTimeout(err) {
-		return unknown, classifyTLS(err)
+	b := make([]byte, len(waitingBanner))
+	for got := 0; ; {
+		k, err := conn.Read(b[got:])
+		got += k
+		switch {
+		case got == len(b) && string(b) == waitingBanner:
+			return waiting, nil
+		case !strings.HasPrefix(waitingBanner, string(b[:got])):
+			return present, nil // not the banner: etcd speaking first
+		case err != nil && got == 0 && !isTimeout(err):
+			return unknown, classifyTLS(err)
+		case err != nil:
+			return present, nil
+		}
 	}
-	return present, nil
 }
 
 func classifyTLS(err error) error {
@@ -112,22 +130,76 @@ func (n *Node) otherMasters() []nodefile.Member {
 	return out
 }
 
-// survey probes every other master's etcd: which answer, and the first
-// reason a master could not be ruled out, preferring one that says the
-// PKIs differ.
-func (n *Node) survey(ctx context.Context, cfg *tls.Config) (answering []nodefile.Member, doubt error) {
-	for _, m := range n.otherMasters() {
-		addr := net.JoinHostPort(m.Address, fmt.Sprint(n.etcdPort()))
-		switch p, err := probeEtcd(ctx, addr, cfg); p {
-		case present:
-			answering = append(answering, m)
-		case unknown:
-			if doubt == nil || (foreignPKI(err) && !foreignPKI(doubt)) {
-				doubt = fmt.Errorf("master %s (%s): %w", m.Name, addr, err)
-			}
+// doubt is a master that a survey could not rule out, and why.
+type doubt struct {
+	master nodefile.Member
+	addr   string
+	err    error
+}
+
+func (d doubt) Error() string { return fmt.Sprintf("master %s (%s): %v", d.master.Name, d.addr, d.err) }
+func (d doubt) Unwrap() error { return d.err }
+
+// surveyed is what a survey of the other masters' etcd ports found.
+type surveyed struct {
+	answering []nodefile.Member // an etcd member runs there
+	waiting   []nodefile.Member // a master waiting to join, no member
+	doubts    []doubt           // neither proven
+}
+
+// foreign is the first doubt that proves another PKI, if any: no wait
+// changes it.
+func (s surveyed) foreign() error {
+	for _, d := range s.doubts {
+		if foreignPKI(d.err) {
+			return d
 		}
 	}
-	return answering, doubt
+	return nil
+}
+
+// doubt is the survey's reason to go on waiting: the first doubt,
+// preferring one that proves another PKI; nil when there is none.
+func (s surveyed) doubt() error {
+	if err := s.foreign(); err != nil {
+		return err
+	}
+	if len(s.doubts) > 0 {
+		return s.doubts[0]
+	}
+	return nil
+}
+
+// waitingOn names the masters not ruled out yet, with each reason.
+func (s surveyed) waitingOn() string {
+	var parts []string
+	for _, d := range s.doubts {
+		parts = append(parts, fmt.Sprintf("%s (%s): %s", d.master.Name, d.addr, oneLineErr(d.err)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func oneLineErr(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// survey probes every other master's etcd port.
+func (n *Node) survey(ctx context.Context, cfg *tls.Config) surveyed {
+	var s surveyed
+	bound := n.probeBound
+	if bound == 0 {
+		bound = probeBound
+	}
+	for _, m := range n.otherMasters() {
+		addr := net.JoinHostPort(m.Address, fmt.Sprint(n.etcdPort()))
+		switch p, err := probeEtcd(ctx, addr, cfg, bound); p {
+		case present:
+			s.answering = append(s.answering, m)
+		case waiting:
+			s.waiting = append(s.waiting, m)
+		case unknown:
+			s.doubts = append(s.doubts, doubt{m, addr, err})
+		}
+	}
+	return s
 }
 
 func (n *Node) etcdPort() int {

@@ -68,6 +68,13 @@ type Node struct {
 	// answering are the addresses of the masters whose etcd answered.
 	answering  []string
 	joinBounds joinBounds
+	// probeBound bounds one probe of another master's etcd port; 0
+	// means probeBound.
+	probeBound time.Duration
+	// beacon answers genesis surveys while this master waits to join
+	// (beacon.go); beaconFailed: its start failed once and said so.
+	beacon       *beacon
+	beaconFailed bool
 	// etcdPeers: this boot's control plane has other etcd members (its
 	// member joined a cluster, on this boot or before, or others joined
 	// its cluster), so its apiserver starts beside the cluster's RBAC

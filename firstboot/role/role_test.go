@@ -216,8 +216,8 @@ func TestGenesisRefusesWhenAMasterCannotBeRuledOut(t *testing.T) {
 	sys := &recorder{}
 	n := &Node{Root: root, Sys: sys, Wait: time.Second, EtcdPort: etcdAt(t, other), Log: func(string, ...any) {}}
 	_, err := n.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "refusing to bootstrap: cannot tell whether this site's cluster exists: master m2 (127.0.0.1:") ||
-		!strings.Contains(err.Error(), "not from this site's etcd CA") {
+	if err == nil || !strings.Contains(err.Error(), "refusing to bootstrap: master m2 (127.0.0.1:") ||
+		!strings.Contains(err.Error(), "not from this site's etcd CA") || !strings.Contains(err.Error(), "different PKIs") {
 		t.Fatalf("got %v, want the fail-closed refusal", err)
 	}
 	if len(sys.calls) != 0 {

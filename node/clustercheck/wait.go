@@ -25,6 +25,11 @@ const (
 	Report   = 30 * time.Second
 )
 
+// NoBound is the bound of a wait that goes on until its check passes or
+// fails for good: only for waits whose way out the console names (a
+// machine to power on, a path to fix), never for one a retry cannot end.
+const NoBound = time.Duration(1<<63 - 1)
+
 // ErrFinal marks a check error that no retry can fix: the wait stops at
 // once and returns it.
 var ErrFinal = errors.New("final")
@@ -61,6 +66,11 @@ func Wait(ctx context.Context, what string, bound time.Duration, log Logf, check
 		return nil
 	case errors.Is(err, ErrFinal):
 		return fmt.Errorf("%s: %w", what, err)
+	}
+	if bound == NoBound { // ctx ended
+		bound = time.Since(start).Round(time.Second)
+	}
+	switch {
 	case last == nil:
 		return fmt.Errorf("%s: gave up after %s: %w", what, bound, err)
 	default:

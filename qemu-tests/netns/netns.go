@@ -394,6 +394,28 @@ func pidsIn(name string) []int {
 	return pids
 }
 
+// DropTCP drops every TCP packet the bridge forwards to addr:port (a
+// port that times out, as behind a busy peer or a switch port still in
+// spanning-tree listening state) until the returned func lifts the rule.
+// It needs iptables and the kernel's bridge netfilter: the namespace's
+// bridged traffic is passed through its own FORWARD chain.
+func (n *Net) DropTCP(addr netip.Addr, port int) (lift func() error, err error) {
+	if err := n.sysctl("net.bridge.bridge-nf-call-iptables", "1"); err != nil {
+		return nil, fmt.Errorf("netns %s: bridged traffic through iptables: %w", n.Name, err)
+	}
+	rule := []string{"FORWARD", "-d", addr.String(), "-p", "tcp", "--dport", strconv.Itoa(port), "-j", "DROP"}
+	if err := run("ip", append([]string{"netns", "exec", n.Name, "iptables", "-I"}, rule...)...); err != nil {
+		return nil, fmt.Errorf("netns %s: dropping tcp to %s:%d: %w", n.Name, addr, port, err)
+	}
+	return func() error {
+		return run("ip", append([]string{"netns", "exec", n.Name, "iptables", "-D"}, rule...)...)
+	}, nil
+}
+
+func (n *Net) sysctl(key, value string) error {
+	return run("ip", "netns", "exec", n.Name, "sysctl", "-q", "-w", key+"="+value)
+}
+
 func (n *Net) ip(args ...string) error {
 	return run("ip", append([]string{"-n", n.Name}, args...)...)
 }

@@ -225,3 +225,74 @@ func contains(s []string, x string) bool {
 	}
 	return false
 }
+
+// DropTCP makes a bridged port time out, as the cluster scenario needs
+// of a master's etcd port, and lifting it lets the same connection
+// through: two namespaces of the test's own behind the bridge, one
+// listening, one dialling.
+func TestDropTCPTimesOutABridgedPortUntilLifted(t *testing.T) {
+	n := newNet(t, "d")
+	var ends []string
+	for i, addr := range []string{"10.77.0.21/24", "10.77.0.22/24"} {
+		end := fmt.Sprintf("%se%d-%d", Prefix, i, os.Getpid())
+		ends = append(ends, end)
+		veth := fmt.Sprintf("vd%d", i)
+		t.Cleanup(func() { run("ip", "netns", "del", end) })
+		for _, args := range [][]string{
+			{"netns", "add", end},
+			{"-n", n.Name, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", end},
+			{"-n", n.Name, "link", "set", veth, "master", Bridge},
+			{"-n", n.Name, "link", "set", veth, "up"},
+			{"-n", end, "addr", "add", addr, "dev", "eth0"},
+			{"-n", end, "link", "set", "eth0", "up"},
+		} {
+			if err := run("ip", args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	listener := exec.CommandContext(ctx, "ip", "netns", "exec", ends[1], "python3", "-c", `
+import socket
+s = socket.socket(); s.bind(("10.77.0.22", 2379)); s.listen(8)
+while True: s.accept()[0].close()
+`)
+	if err := listener.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Process.Kill()
+	dial := func() error {
+		return exec.CommandContext(ctx, "ip", "netns", "exec", ends[0], "python3", "-c", `
+import socket
+s = socket.create_connection(("10.77.0.22", 2379), timeout=3)
+`).Run()
+	}
+	if err := eventuallyNil(10*time.Second, dial); err != nil {
+		t.Fatalf("before the rule: %v", err)
+	}
+	lift, err := n.DropTCP(netip.MustParseAddr("10.77.0.22"), 2379)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(); err == nil {
+		t.Fatal("a dropped port answered")
+	}
+	if err := lift(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(); err != nil {
+		t.Fatalf("after lifting the rule: %v", err)
+	}
+}
+
+func eventuallyNil(bound time.Duration, f func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
