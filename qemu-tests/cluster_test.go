@@ -49,9 +49,10 @@ type clusterVM struct {
 }
 
 // TestClusterJoinsAndSurvivesPowerCut is make test's cluster scenario
-// (cluster.ThreeNodes): genesis m1 and master m2 powered on together, m2
-// joins m1's etcd as a learner, is promoted and serves the discovery name
-// beside m1; worker w1 joins once m2 is done; then every machine loses
+// (cluster.ThreeNodes): genesis m1, master m2 and worker w1 powered on
+// together, m2's etcd port dropped until m1 says it waits to rule m2 out
+// (holdMasterEtcdPort); m2 joins m1's etcd as a learner, is promoted and
+// serves the discovery name beside m1; w1 joins; then every machine loses
 // power at once, the running worker is removed and re-imaged (m2's
 // removal and re-imaging follow with KILN_LIFECYCLE=1, in make soak). It holds the
 // single-node genesis checks too (the Docker probe, the hardening, the
@@ -831,7 +832,8 @@ func TestWaitOrderPutsAwaitedMachinesFirst(t *testing.T) {
 		tp   cluster.Topology
 		want []string
 	}{
-		{cluster.ThreeNodes(), []string{"m2", "m1", "w1"}},
+		{cluster.ThreeNodes(), []string{"m1", "m2", "w1"}},
+		{cluster.ThreeMastersAndWorker(), []string{"m2", "m3", "m1", "w1"}},
 		{cluster.TwoNodes(), []string{"m1", "w1"}},
 	} {
 		var nodes []*clusterVM

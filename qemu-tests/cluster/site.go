@@ -40,8 +40,8 @@ type Topology struct {
 	Machines []Machine
 }
 
-// ThreeNodes is m1 (genesis) and m2 masters and w1 a worker, m1 and m2
-// powered on together and w1 once m2 has joined: make cluster-test with
+// ThreeNodes is m1 (genesis) and m2 masters and w1 a worker, all three
+// powered on together, as a rack comes up: make cluster-test with
 // CLUSTER_TESTS=TestClusterJoinsAndSurvivesPowerCut, make soak, and the
 // cluster part of make bench. One
 // vCPU each: with 2 vCPUs per master on 2 host cores under TCG a guest
@@ -52,7 +52,7 @@ func ThreeNodes() Topology {
 	return Topology{Machines: []Machine{
 		{Name: "m1", Role: "genesis", MAC: M1MAC, Addr: M1Addr, CPUs: 1, MemoryMiB: 3072},
 		{Name: "m2", Role: "master", MAC: M2MAC, Addr: M2Addr, CPUs: 1, MemoryMiB: 3072},
-		{Name: "w1", Role: "worker", MAC: W1MAC, Addr: W1Addr, CPUs: 1, MemoryMiB: 2048, After: "m2", Labels: w1Labels},
+		{Name: "w1", Role: "worker", MAC: W1MAC, Addr: W1Addr, CPUs: 1, MemoryMiB: 2048, Labels: w1Labels},
 	}}
 }
 
