@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-project/kiln/builder/imageseed"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/mountinfo"
+	"github.com/kiln-project/kiln/internal/steps"
 	"github.com/kiln-project/kiln/internal/syncwriter"
 	"github.com/kiln-project/kiln/node/catalog"
 )
@@ -88,29 +89,35 @@ func Build(ctx context.Context, opts Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	b.early = startEarlyBuilds(ctx, b)
 	defer func() { cancel(); b.early.wait() }() // a failed step stops the early builds
-	if err := runSteps(ctx, b, pipeline(), opts.Progress, opts.Now); err != nil {
+	run := steps.Runner{
+		Progress: steps.Lines(opts.Progress, opts.Now),
+		Wrap:     func(step string, err error) error { return fmt.Errorf("step %q: %w", step, err) },
+	}
+	if err := run.Run(ctx, pipeline(b)); err != nil {
 		return err
 	}
 	return publish(b.stage, opts.OutDir, artifactNames(b.spec))
 }
 
-// pipeline is the build, in order. Artifact writers skip themselves when
-// the spec does not ask for their output.
-func pipeline() []step {
-	return []step{
-		{name: "base root filesystem", run: (*build).baseRootfs},
-		{name: "configure node", run: (*build).configureNode},
-		{name: "kiln agent", run: (*build).installAgent},
-		{name: "components", run: (*build).installComponents, skip: func(b *build) bool { return b.spec.Components == nil }},
-		{name: "payload", run: (*build).installPayload, skip: func(b *build) bool { return len(b.spec.Payload.Files) == 0 }},
-		{name: "prune", run: (*build).prune, skip: func(b *build) bool { return len(b.spec.Prune.Paths) == 0 }},
-		{name: "initramfs (dracut)", run: (*build).initramfs},
-		{name: "root squashfs", run: (*build).squashfs},
-		{name: "boot loaders", run: (*build).bootLoaders, skip: func(b *build) bool { return !b.spec.Wants(images.OutputISO) && !b.spec.Wants(images.OutputRaw) }},
-		{name: "iso", run: (*build).writeISO, skip: func(b *build) bool { return !b.spec.Wants(images.OutputISO) }},
-		{name: "raw disk", run: (*build).writeRaw, skip: func(b *build) bool { return !b.spec.Wants(images.OutputRaw) }},
-		{name: "pxe", run: (*build).writePXE, skip: func(b *build) bool { return !b.spec.Wants(images.OutputPXE) }},
-		{name: "manifest", run: (*build).writeManifest},
+// pipeline is the build, in order, each step printing its number, name
+// and duration, and a failure naming its step. Artifact writers skip
+// themselves when the spec does not ask for their output.
+func pipeline(b *build) []steps.Step {
+	wants := func(o images.Output) func() bool { return func() bool { return b.spec.Wants(o) } }
+	return []steps.Step{
+		{Name: "base root filesystem", Run: b.baseRootfs},
+		{Name: "configure node", Run: b.configureNode},
+		{Name: "kiln agent", Run: b.installAgent},
+		{Name: "components", Run: b.installComponents, RunIf: func() bool { return b.spec.Components != nil }},
+		{Name: "payload", Run: b.installPayload, RunIf: func() bool { return len(b.spec.Payload.Files) > 0 }},
+		{Name: "prune", Run: b.prune, RunIf: func() bool { return len(b.spec.Prune.Paths) > 0 }},
+		{Name: "initramfs (dracut)", Run: b.initramfs},
+		{Name: "root squashfs", Run: b.squashfs},
+		{Name: "boot loaders", Run: b.bootLoaders, RunIf: func() bool { return b.spec.Wants(images.OutputISO) || b.spec.Wants(images.OutputRaw) }},
+		{Name: "iso", Run: b.writeISO, RunIf: wants(images.OutputISO)},
+		{Name: "raw disk", Run: b.writeRaw, RunIf: wants(images.OutputRaw)},
+		{Name: "pxe", Run: b.writePXE, RunIf: wants(images.OutputPXE)},
+		{Name: "manifest", Run: b.writeManifest},
 	}
 }
 

@@ -61,22 +61,22 @@ func clusterExistsReason(err error) string {
 func (n *Node) genesisPhases() []phase {
 	notBootstrapped := func() bool { return !n.stamped("genesis/bootstrap") }
 	return []phase{
-		{name: "cluster-absent", runIf: notBootstrapped, run: n.requireNoCluster},
-		{name: "start", run: n.startControlPlane},
+		{Name: "cluster-absent", RunIf: notBootstrapped, Run: n.requireNoCluster},
+		{Name: "start", Run: n.startControlPlane},
 		// The pod CIDR is claimed as soon as the apiserver serves and the
 		// kubelet has registered, before the apiserver's post-start hooks
 		// are done: the agent is in system:masters, so it needs none of the
 		// RBAC defaults, and the CNI file it writes is what the Node's
 		// Ready waits for.
-		{name: "pod-cidr", once: true, run: n.claimPodCIDR},
-		{name: "apiserver", run: n.waitGenesisAPIServer},
-		{name: "controllers", once: true, run: n.startControllers},
-		{name: "bootstrap", once: true, run: n.recordBootstrapped},
-		{name: "add-ons", once: true, run: n.applyAddOns},
-		{name: "label", once: true, run: n.labelSelf},
-		{name: "node-ready", run: n.waitSelfReady},
-		{name: "publish-version", run: n.publishVersion},
-		{name: "validate", once: true, run: n.validate},
+		{Name: "pod-cidr", Once: true, Run: n.claimPodCIDR},
+		{Name: "apiserver", Run: n.waitGenesisAPIServer},
+		{Name: "controllers", Once: true, Run: n.startControllers},
+		{Name: "bootstrap", Once: true, Run: n.recordBootstrapped},
+		{Name: "add-ons", Once: true, Run: n.applyAddOns},
+		{Name: "label", Once: true, Run: n.labelSelf},
+		{Name: "node-ready", Run: n.waitSelfReady},
+		{Name: "publish-version", Run: n.publishVersion},
+		{Name: "validate", Once: true, Run: n.validate},
 	}
 }
 

@@ -26,16 +26,16 @@ import (
 func (n *Node) masterPhases() []phase {
 	notJoined := func() bool { return !n.stamped("master/etcd-join") }
 	return []phase{
-		{name: "wait-cluster", runIf: notJoined, run: n.waitForCluster},
-		{name: "kubelet", runIf: notJoined, run: n.startKubeletBeforeJoin},
-		{name: "wait-settled", runIf: notJoined, run: n.waitSettled},
-		{name: "images", runIf: notJoined, run: n.waitImages},
-		{name: "etcd-join", once: true, run: n.etcdJoin},
-		{name: "start", run: n.startControlPlane},
-		{name: "apiserver", run: n.waitOwnAPIServer},
-		{name: "label", once: true, run: n.labelSelf},
-		{name: "node-ready", run: n.waitSelfReady},
-		{name: "publish-version", run: n.publishVersion},
+		{Name: "wait-cluster", RunIf: notJoined, Run: n.waitForCluster},
+		{Name: "kubelet", RunIf: notJoined, Run: n.startKubeletBeforeJoin},
+		{Name: "wait-settled", RunIf: notJoined, Run: n.waitSettled},
+		{Name: "images", RunIf: notJoined, Run: n.waitImages},
+		{Name: "etcd-join", Once: true, Run: n.etcdJoin},
+		{Name: "start", Run: n.startControlPlane},
+		{Name: "apiserver", Run: n.waitOwnAPIServer},
+		{Name: "label", Once: true, Run: n.labelSelf},
+		{Name: "node-ready", Run: n.waitSelfReady},
+		{Name: "publish-version", Run: n.publishVersion},
 	}
 }
 

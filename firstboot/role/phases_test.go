@@ -36,10 +36,10 @@ func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
 			}
 		}
 		return []phase{
-			{name: "wait", runIf: func() bool { return !n.stamped("r/join") }, run: step("wait")},
-			{name: "join", once: true, run: step("join")},
-			{name: "start", run: step("start")},
-			{name: "label", once: true, run: step("label")},
+			{Name: "wait", RunIf: func() bool { return !n.stamped("r/join") }, Run: step("wait")},
+			{Name: "join", Once: true, Run: step("join")},
+			{Name: "start", Run: step("start")},
+			{Name: "label", Once: true, Run: step("label")},
 		}
 	}
 	for i, tc := range []struct {
@@ -87,7 +87,7 @@ func TestRejectedAnswersAreFinal(t *testing.T) {
 func TestGenesisClaimsItsPodCIDRBeforeTheWholeReadyz(t *testing.T) {
 	var names []string
 	for _, p := range (&Node{}).genesisPhases() {
-		names = append(names, p.name)
+		names = append(names, p.Name)
 	}
 	start, cidr, apiserver := slices.Index(names, "start"), slices.Index(names, "pod-cidr"), slices.Index(names, "apiserver")
 	if start < 0 || cidr < 0 || apiserver < 0 || !(start < cidr && cidr < apiserver) {
@@ -101,7 +101,7 @@ func TestGenesisClaimsItsPodCIDRBeforeTheWholeReadyz(t *testing.T) {
 func TestGenesisStartsItsControllersOnceTheAPIServerIsReady(t *testing.T) {
 	var names []string
 	for _, p := range (&Node{}).genesisPhases() {
-		names = append(names, p.name)
+		names = append(names, p.Name)
 	}
 	apiserver, controllers, addOns := slices.Index(names, "apiserver"), slices.Index(names, "controllers"), slices.Index(names, "add-ons")
 	if apiserver < 0 || !(apiserver < controllers && controllers < addOns) {

@@ -24,6 +24,7 @@ import (
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/steps"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -117,22 +118,21 @@ func (n *Node) Run(ctx context.Context) (Result, error) {
 	return Result{}, fmt.Errorf("unknown role %q in %s", n.file.Role, nodefile.Path)
 }
 
-// runRole runs a role's phases; the node was restored when every
+// phase is one named step of a role. A phase with Once set is stamped
+// on the state partition when it succeeds and skipped on every later
+// boot; the others run on every boot. Each is idempotent, so a role cut
+// short by a power cut resumes from its first unstamped phase.
+type phase = steps.Step
+
+// runRole runs a role's phases in order, an error carrying the phase
+// path (master/etcd-join: ...); the node was restored when every
 // one-shot phase was stamped before this boot.
 func (n *Node) runRole(ctx context.Context, role, how string, phases []phase) (Result, error) {
-	if n.allStamped(role, phases) {
+	r := steps.Runner{Parent: role, Stamps: stampFiles(n.path(StampDir))}
+	if r.AllDone(phases) {
 		how = "restored"
 	}
-	return Result{Role: role, How: how}, n.runPhases(ctx, role, phases)
-}
-
-func (n *Node) allStamped(role string, phases []phase) bool {
-	for _, p := range phases {
-		if p.once && !n.stamped(filepath.Join(role, p.name)) {
-			return false
-		}
-	}
-	return true
+	return Result{Role: role, How: how}, r.Run(ctx, phases)
 }
 
 type loaded struct {
@@ -260,13 +260,21 @@ func countPods(files []manifests.File) int {
 
 func (n *Node) path(p string) string { return filepath.Join(n.Root, p) }
 
-func (n *Node) stamped(name string) bool {
-	_, err := os.Stat(n.path(filepath.Join(StampDir, name)))
+// stamped reports whether the one-shot phase at path (master/etcd-join)
+// succeeded on an earlier boot.
+func (n *Node) stamped(path string) bool { return stampFiles(n.path(StampDir)).Done(path) }
+
+// stampFiles are the one-shot phases' stamps: a file per phase path
+// under the directory, holding the time it succeeded.
+type stampFiles string
+
+func (d stampFiles) Done(path string) bool {
+	_, err := os.Stat(filepath.Join(string(d), path))
 	return err == nil
 }
 
-func (n *Node) stamp(name string) error {
-	return atomicfile.WriteFile(n.path(filepath.Join(StampDir, name)), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
+func (d stampFiles) Mark(path string) error {
+	return atomicfile.WriteFile(filepath.Join(string(d), path), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644, nil)
 }
 
 // errRefused marks a bootstrap refused because this node cannot rule

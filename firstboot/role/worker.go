@@ -26,13 +26,13 @@ import (
 // first time all that is done the join is stamped.
 func (n *Node) workerPhases() []phase {
 	return []phase{
-		{name: "start", run: func(ctx context.Context) error {
+		{Name: "start", Run: func(ctx context.Context) error {
 			return n.startNode(ctx, n.params(etcdmember.Membership{}), nil)
 		}},
-		{name: "node-ready", run: n.waitReadyAsKubelet},
-		{name: "publish-version", run: n.publishVersion},
-		{name: "request-labels", once: true, run: n.requestLabels},
-		{name: "joined", once: true, run: func(context.Context) error { return nil }},
+		{Name: "node-ready", Run: n.waitReadyAsKubelet},
+		{Name: "publish-version", Run: n.publishVersion},
+		{Name: "request-labels", Once: true, Run: n.requestLabels},
+		{Name: "joined", Once: true, Run: func(context.Context) error { return nil }},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/steps"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -57,22 +58,21 @@ type Remover struct {
 	PollInterval time.Duration
 }
 
-// step is one named, idempotent step of a removal: each one finds out
-// what is left to do, does it, and says what it did.
-type step struct {
-	name string
-	run  func(ctx context.Context, n *node, log Logf) error
-}
-
-func (r *Remover) steps() []step {
-	return []step{
-		{"check", r.check},
-		{"cordon", r.cordon},
-		{"drain", r.drain},
-		{"etcd-member", r.removeMember},
-		{"mark-removed", r.markRemoved},
-		{"wait-left", r.waitLeft},
-		{"delete-node", r.deleteNode},
+// steps are the removal of n, in order: each one finds out what is left
+// to do, does it, and says what it did through log; runStep tries it
+// again while it fails on what passes by itself.
+func (r *Remover) steps(n *node, log Logf) []steps.Step {
+	step := func(name string, run func(ctx context.Context, n *node, log Logf) error) steps.Step {
+		return steps.Step{Name: name, Run: func(ctx context.Context) error { return r.runStep(ctx, run, n, log) }}
+	}
+	return []steps.Step{
+		step("check", r.check),
+		step("cordon", r.cordon),
+		step("drain", r.drain),
+		step("etcd-member", r.removeMember),
+		step("mark-removed", r.markRemoved),
+		step("wait-left", r.waitLeft),
+		step("delete-node", r.deleteNode),
 	}
 }
 
@@ -88,13 +88,18 @@ func (r *Remover) Remove(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	steps := r.steps()
-	for i, s := range steps {
-		prefix := fmt.Sprintf("[%d/%d] %s: ", i+1, len(steps), s.name)
-		log := func(format string, args ...any) { r.Log(prefix+format, args...) }
-		if err := r.runStep(ctx, s, n, log); err != nil {
-			return fmt.Errorf("remove %s: %s: %w", name, s.name, err)
-		}
+	var prefix string // the running step's "[i/n] name: "
+	log := func(format string, args ...any) { r.Log(prefix+format, args...) }
+	run := steps.Runner{
+		Progress: func(e steps.Event) {
+			if e.Kind == steps.Started {
+				prefix = e.Label() + ": "
+			}
+		},
+		Wrap: func(step string, err error) error { return fmt.Errorf("remove %s: %s: %w", name, step, err) },
+	}
+	if err := run.Run(ctx, r.steps(n, log)); err != nil {
+		return err
 	}
 	r.Log("%s is out of the cluster; re-image it with a blank state disk to bring it back (docs/operations.md#removing-a-node)", name)
 	return nil

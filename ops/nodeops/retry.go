@@ -27,8 +27,8 @@ const DefaultRetryBound = 2 * time.Minute
 // possibly due to previous leader failure"): the very next step must not
 // fail on it. Every step finds out what is left to do first, so running
 // one again is safe.
-func (r *Remover) runStep(ctx context.Context, s step, n *node, log Logf) error {
-	return r.retry(ctx, log, func() error { return s.run(ctx, n, log) })
+func (r *Remover) runStep(ctx context.Context, run func(context.Context, *node, Logf) error, n *node, log Logf) error {
+	return r.retry(ctx, log, func() error { return run(ctx, n, log) })
 }
 
 // retry runs f, and again while it fails on something transient, within
