@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/ignite"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
@@ -54,7 +55,7 @@ type Agent struct {
 const (
 	prefix         = "kiln-firstboot: "
 	inProgressPath = "/var/lib/kiln/firstboot.inprogress"
-	stampDir       = "/var/lib/kiln/stamps"
+	stampDir       = nodefile.StampDir
 )
 
 // Run does the whole sequence and prints the final line. The returned

@@ -15,20 +15,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // Names fixed by docs/architecture.md.
 const (
-	Label      = ignition.StateLabel
-	MountPoint = "/var/lib/kiln-state"
-	rootLabel  = "KILN-ROOT"
+	Label      = layout.StatePartLabel
+	MountPoint = layout.StateMountPoint
+	rootLabel  = layout.RootPartLabel
 )
 
 // PersistentDirs live on the state partition; everything else is rebuilt
 // from the image and the config on every boot.
-var PersistentDirs = []string{"/var/lib/kiln", "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
+var PersistentDirs = []string{layout.VarDir, "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
 
 // Runner runs the disk tools (udevadm, blkid, sgdisk, partx, mkfs.ext4,
 // mount, lsblk) on the node.
