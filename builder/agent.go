@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/units"
@@ -17,7 +18,7 @@ import (
 const (
 	agentBinary    = nodefile.KilnBinary
 	unitDir        = "/usr/lib/systemd/system"
-	embeddedConfig = "/usr/lib/kiln/config.ign"
+	embeddedConfig = layout.EmbeddedConfigPath
 )
 
 // installAgent bakes in the kiln binary, the agent's units (enabled), its

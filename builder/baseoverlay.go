@@ -13,7 +13,7 @@ import (
 	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
-// The cached base as a tree. Untarring the 1.2 GB base took 9-10 s of
+// The cached base as a tree. Untarring the 1.2 GB base takes 9-10 s of
 // every warm build; the base is extracted once, beside its tar, and each
 // build mounts an overlay on it: the build's changes go to an upper
 // directory in its work directory, the extracted tree (the lower layer)

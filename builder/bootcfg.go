@@ -3,13 +3,15 @@ package builder
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kiln-project/kiln/contract/layout"
 )
 
 // Labels the boot chain finds the root by; docs/architecture.md names them.
 const (
 	ISOVolumeID   = "KILN"
 	ESPPartLabel  = "KILN-ESP"
-	RootPartLabel = "KILN-ROOT"
+	RootPartLabel = layout.RootPartLabel
 	isoSquashPath = "/LiveOS/squashfs.img"
 	bootKernel    = "/kiln/vmlinuz"
 	bootInitrd    = "/kiln/initrd.img"

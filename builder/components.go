@@ -401,8 +401,8 @@ func (b *build) packImages(c *images.Components, programs map[string]string, arc
 // not carry kiln: its pods mount the node's own binary
 // (manifests.MountKilnBinary), so the image is tagged by its tools and
 // stays in the containerd seed across changes to kiln. (With kiln in it,
-// every first boot imported it: 58 s of a one-vCPU node's CPU under TCG,
-// beside the control plane's start.)
+// every first boot would import it: the best part of a minute of a slow
+// one-vCPU node's CPU, beside the control plane's start.)
 func (b *build) packKiln() (catalog.Image, error) {
 	tools, err := kilnNetFiles(b.rootfs)
 	if err != nil {

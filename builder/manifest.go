@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kiln-project/kiln/builder/imageseed"
 	"github.com/kiln-project/kiln/node/catalog"
 )
 
@@ -48,8 +49,8 @@ type PartSize struct {
 var rootfsParts = []struct{ part, paths string }{
 	{"kernel modules", "/usr/lib/modules"},
 	{"firmware", "/usr/lib/firmware"},
-	{"container image archives", "/usr/lib/kiln/images"},
-	{"containerd seed (the other images, unpacked; squashfs)", "/usr/lib/kiln/containerd-seed.squashfs"},
+	{"container image archives", catalog.ArchiveDir},
+	{"containerd seed (the other images, unpacked; squashfs)", imageseed.Image},
 	{"kubelet, kubectl, containerd (built)", "/usr/bin/kubelet /usr/bin/kubectl /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr"},
 	{"kiln agent", "/usr/bin/kiln"},
 	{"docker", "/usr/sbin/dockerd /usr/bin/docker /usr/bin/docker-proxy /usr/libexec/docker"},

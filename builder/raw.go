@@ -61,7 +61,7 @@ func (b *build) writeRaw(ctx context.Context) error {
 	// The root partition is the squashfs and zeros: go-diskfs created
 	// the file at its full size (zeros), and a file-to-file copy at the
 	// partition's offset is done by the kernel (copy_file_range), where
-	// go-diskfs's own partition write took 3 s for the same bytes.
+	// go-diskfs's own partition write takes 3 s for the same bytes.
 	if err := copyAt(path, int64(layout.rootStart)*512, squash); err != nil {
 		return fmt.Errorf("writing the root partition: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/ignite"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
@@ -54,7 +55,7 @@ type Agent struct {
 const (
 	prefix         = "kiln-firstboot: "
 	inProgressPath = "/var/lib/kiln/firstboot.inprogress"
-	stampDir       = "/var/lib/kiln/stamps"
+	stampDir       = nodefile.StampDir
 )
 
 // Run does the whole sequence and prints the final line. The returned
@@ -229,9 +230,9 @@ const reloadAttempts = 3
 // reloadNetwork makes networkd apply the config's .network files: it
 // configured the links before the config arrived, and a reload re-applies
 // every link whose file changed. networkctl asks networkd over D-Bus, and
-// on a loaded machine that has failed (a CI run's master, back from a
-// power cut: "Failed to activate service 'org.freedesktop.network1':
-// timed out"), so the reload is tried again, and the last resort is a
+// on a loaded machine back from a power cut that can fail ("Failed to
+// activate service 'org.freedesktop.network1': timed out"), so the
+// reload is tried again, and the last resort is a
 // restart, which systemctl asks of systemd without D-Bus. The agent runs
 // before the node stack, so nothing but networkd notices the restart.
 func (a *Agent) reloadNetwork(ctx context.Context) error {

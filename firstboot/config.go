@@ -29,7 +29,7 @@ func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, err
 			return name, raw, err
 		}
 		if a.Wait == 0 {
-			return "", nil, errors.New("no config found (state, embedded, fw_cfg, ignition.config.url=, config drive KILN-CONFIG)")
+			return "", nil, errors.New("no config found (state, embedded, fw_cfg, ignition.config.url=, config drive " + source.ConfigDriveLabel + ")")
 		}
 		if time.Since(lastSaid) >= time.Minute {
 			a.status.State = "waiting"

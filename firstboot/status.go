@@ -1,5 +1,7 @@
 package firstboot
 
+import "github.com/kiln-project/kiln/contract/layout"
+
 // Status is /run/kiln/status.json: what the agent is doing or did.
 type Status struct {
 	State     string `json:"state"` // running, waiting, done, error
@@ -25,8 +27,8 @@ type RoleStatus struct {
 }
 
 const (
-	statusPath    = "/run/kiln/status.json"
-	firstBootFlag = "/run/kiln/first-boot"
+	statusPath    = layout.StatusPath
+	firstBootFlag = layout.FirstBootFlag
 )
 
 func (a *Agent) writeStatus() { writeStatusFile(a.Root, a.status, a.logf) }

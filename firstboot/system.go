@@ -28,9 +28,9 @@ func (HostSystem) SetHostname(name string) error { return unix.Sethostname([]byt
 
 // DBusSystemd talks to systemd over its private socket, which works
 // before the D-Bus daemon is up. It connects at its first call, not
-// before the agent starts: during udev's coldplug the agent's first line
-// came 14-31 s after its process started, with only Go's start-up and
-// this connection between them (docs/measurements.md), and the state
+// before the agent starts: during udev's coldplug connecting can hold
+// the agent's first line back by tens of seconds (docs/measurements.md),
+// and the state
 // partition and the stored config need no systemd.
 type DBusSystemd struct {
 	once sync.Once

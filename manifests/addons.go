@@ -257,7 +257,7 @@ const (
 // plugin reaches the apiservers through the discovery name, as kube-proxy
 // does, not through the kubernetes Service: that VIP works only once
 // kube-proxy has written its rules, and on a one-vCPU master kube-proxy
-// started about a minute after cluster DNS, which waited for it ("waiting
+// can start a minute after cluster DNS, which would wait for it ("waiting
 // for Kubernetes API before starting server").
 func ClusterCorefile(p Params) string {
 	c := p.Node.Cluster

@@ -8,6 +8,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
@@ -35,7 +36,7 @@ var MastersAnchorComponents = append(
 // CatalogDir is the image's catalog directory, which anchors read, and
 // AnchorBackupDir where an anchor's cleanup moves its manifest.
 const (
-	CatalogDir      = "/usr/lib/kiln"
+	CatalogDir      = layout.LibDir
 	AnchorBackupDir = "/var/lib/kiln/manifests-backup"
 )
 

@@ -102,7 +102,7 @@ rules:
 - level: Metadata
 `
 
-// apiServerHardening are the apiserver's flags from issue 13: Secrets
+// apiServerHardening are the apiserver's hardening flags: Secrets
 // encrypted in etcd, anonymous access limited by the authentication
 // configuration, the audit log, no profiling, and, when every node has a
 // static address, kubelets checked against the CA that issued their

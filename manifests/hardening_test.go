@@ -44,8 +44,8 @@ func renderedPod(t *testing.T, files map[string][]byte, name string) *corev1.Pod
 
 var strongCiphers = strings.Join(TLSCipherSuites, ",")
 
-// Every control-plane component against the CIS benchmark items of
-// issue 13, as rendered for a genesis node.
+// Every control-plane component against the CIS benchmark items kiln
+// meets, as rendered for a genesis node.
 func TestControlPlaneFlagsHarden(t *testing.T) {
 	files := renderedFiles(t)
 	tlsFlags := map[string]string{"tls-min-version": "VersionTLS12", "tls-cipher-suites": strongCiphers}

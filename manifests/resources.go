@@ -14,25 +14,24 @@ import (
 // Burstable class's weight, which grows with its pods' requests (about
 // 58 for five 100m static pods, under cgroup v2 with the kubelet's
 // conversion of shares to weights): cluster DNS, kube-proxy, kiln-net
-// and the anchors then ran only when the control plane left the CPU
-// idle, and on one-vCPU masters that was minutes after the node was
-// Ready. So every pod asks, and the control plane asks most.
+// and the anchors then run only when the control plane leaves the CPU
+// idle, which on one-vCPU masters is minutes after the node is Ready. So every pod asks, and the control plane asks most.
 //
 // etcd asks for the most (weight 14 against the apiserver's 8):
 // every write and quorum read of every master waits for it, and a leader
 // that cannot send its heartbeats within the election timeout loses its
 // quorum. With etcd at 200m beside an apiserver at 250m (weights 8 and
-// 10), a two-master cluster after a whole-cluster power cut (QEMU, one
-// vCPU each) had its leader log "failed to send out heartbeat on time"
-// every few seconds while the apiserver on its machine started; the
-// other member lost the leader again and again, and that apiserver was
-// ready only 7m25s after it started. etcd uses little CPU of its own, so
+// 10), a two-master cluster of one-vCPU machines after a whole-cluster
+// power cut has its leader miss heartbeats ("failed to send out
+// heartbeat on time") while the apiserver on its machine starts; the
+// other member loses the leader again and again, and that apiserver is
+// ready only minutes later. etcd uses little CPU of its own, so
 // its weight costs the apiserver only the work the apiserver waits for
 // anyway. The apiserver keeps twice the weight of any add-on: after a
-// power cut the add-ons start while its post-start hooks run (at 100m,
-// near their weight, a restored genesis apiserver was ready 20-30 s
-// later than at 250m). The controller-manager and the scheduler gave
-// etcd the rest (100m and 50m).
+// power cut the add-ons start while its post-start hooks run, and at
+// 100m, near their weight, a restored genesis apiserver is ready later.
+// The controller-manager and the scheduler give etcd the rest (100m and
+// 50m).
 //
 // The sum on a master (930m with cluster DNS on it) stays under one
 // CPU, so a one-vCPU node admits every pod; pods of workloads without

@@ -52,7 +52,7 @@ type Timing struct {
 	// the kubernetes Service through cluster DNS before the role reports
 	// failure: the answer needs kube-proxy's rules for the Service and a
 	// CoreDNS synced with the apiserver, and on a machine at half its
-	// usual speed (a cold CI run) neither came within a minute.
+	// usual speed neither may come within a minute.
 	DNSCheck time.Duration
 	// EtcdRealtime runs etcd under the real-time round-robin policy
 	// (rtexec): a two-member etcd stalls whenever either member waits for
@@ -79,13 +79,13 @@ var timings = map[string]Timing{
 	// Loaded, small or emulated machines: five times etcd's timers (the
 	// election still 10 heartbeats), a leader that keeps its lease
 	// through 100 s of an apiserver that does not answer (at 40 s the
-	// controller-manager of a loaded two-master cluster exited six times
-	// in 30 min, and each start cost minutes without controllers), Node
+	// controller-manager of a loaded two-master cluster exits again and
+	// again, and each start costs minutes without controllers), Node
 	// leases three times as long, a start may take 15 min, a running
 	// component may fail its health check for 5 min before it is
-	// restarted, and container statistics are read every 30 s (a kubelet
-	// profiled under TCG spent 23% of its CPU in cAdvisor's housekeeping
-	// at 10 s), and etcd runs under the real-time round-robin policy.
+	// restarted, and container statistics are read every 30 s (at 10 s
+	// cAdvisor's housekeeping takes about a quarter of a slow machine's
+	// kubelet's CPU), and etcd runs under the real-time round-robin policy.
 	nodefile.TimingSlow: {
 		EtcdHeartbeat: 500 * time.Millisecond, EtcdElection: 5000 * time.Millisecond,
 		LeaseDuration: 120 * time.Second, RenewDeadline: 100 * time.Second, RetryPeriod: 20 * time.Second,

@@ -208,7 +208,7 @@ func (b Builder) wrapper(ctx context.Context, t Target, dir string) error {
 // fetchParallelism is how many modules go mod fetches at once. The go
 // command sizes its download queue by GOMAXPROCS, two on a 2-core
 // machine, and fetching is bound by the proxy's latency, not the CPU:
-// measured here, CoreDNS's 257 MB of modules took 76 s at 2 and 23 s at 16.
+// CoreDNS's 257 MB of modules take 76 s at 2 and 23 s at 16.
 const fetchParallelism = "16"
 
 func (b Builder) run(ctx context.Context, dir string, args ...string) error {

@@ -87,10 +87,10 @@ func Build(s Spec) (v1.Image, error) {
 	}
 	// gzip at best compression: the archive is packed once per content
 	// (the builder caches it) and the node reads, hashes and stores the
-	// compressed blob before it unpacks it. Uncompressed layers were
-	// measured too: the squashfs was 11 MB smaller, but a genesis node's
-	// import took 2.3x as long (every layer read, hashed and written
-	// three times its gzip size under emulation).
+	// compressed blob before it unpacks it. Uncompressed layers make the
+	// squashfs 11 MB smaller, but a genesis node's import 2.3x as long
+	// (every layer read, hashed and written at three times its gzip size
+	// on a slow machine).
 	// Compressed here, once: a layer given uncompressed is compressed by
 	// the library each time it hashes or writes it, twice per archive
 	// (gzip -9 of the 63 MB kiln binary takes 5 s here, on every rebuild

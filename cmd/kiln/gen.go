@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/gen/nodeconfig"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/spf13/cobra"
 )
 
@@ -32,22 +34,28 @@ half a pair, a bad sa.key or sa.pub stop the run before anything is written
 
 The output directory gets, all or nothing (a failed run leaves it as it was):
 
-  nodes/<name>.ign     the node's Ignition config (spec 3.5): hostname, networkd
+  ` + nodeconfig.NodesDir + `/<name>.ign     the node's Ignition config (spec ` + nodeconfig.IgnitionSpec + `): hostname, networkd
                        file, SSH keys, its certificates and kubeconfigs, the seed
-                       discovery zone and /etc/kiln/node.json (role, cluster)
-  nodes/<name>.ign.sha512
+                       discovery zone and ` + nodefile.Path + ` (role, cluster)
+  ` + nodeconfig.NodesDir + `/<name>.ign` + nodeconfig.HashSuffix + `
                        its sha512 (also printed), for the kernel argument
-                       kiln.config.hash= that a node fetching its config over
+                       ` + source.HashArg + `= that a node fetching its config over
                        http or tftp needs (see docs/security.md)
-  admin.kubeconfig     cluster-admin credentials, server = the genesis node
+  ` + nodeconfig.AdminKubeconfig + `     the operator's credentials (group ` + nodefile.ClusterAdminsGroup + `,
+                       which RBAC binds to cluster-admin): one context per master,
+                       the genesis node's current
+  ` + nodeconfig.SuperAdminKubeconfig + `
+                       break-glass credentials (system:masters, which RBAC cannot
+                       refuse), laid out like the admin's; never on a node
+  ` + outdir.MarkerName + `         the list of the files above: what a later run may replace
 
 The output directory is replaced as a whole, so kiln gen replaces it only when
-it is missing, empty or its own earlier output (listed in its .kiln-output), and
+it is missing, empty or its own earlier output (listed in its ` + outdir.MarkerName + `), and
 never when it is, holds or lies inside the PKI directory, or holds the site file
 or the current directory: anything else is refused, with nothing touched.
 
 A worker's config holds no CA key, no etcd key and no service-account key.
-Feed each node its config: fw_cfg, ignition.config.url=, a KILN-CONFIG drive,
+Feed each node its config: fw_cfg, ignition.config.url=, a ` + source.ConfigDriveLabel + ` drive,
 or embedded in the image (see docs/site.md).`,
 		Example: `  kiln gen -f examples/site.yaml --pki pki/ -o out/site/`,
 		Args:    cobra.NoArgs,

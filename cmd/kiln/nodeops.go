@@ -118,46 +118,27 @@ func newNodeRemoveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remove NAME -f SITE --pki DIR [--timeout 5m]",
 		Short: "Take a node out of the cluster: cordon, drain, leave etcd, delete the Node",
-		Long: `Take the node NAME out of the cluster, in named steps, each saying what it did:
-
-  [1/7] check         for a master: refuse, before anything changes, when removing
-                      its etcd member would leave no master, or would leave etcd
-                      without quorum (a quorum must answer now for the removal to
-                      commit, and a quorum of the members that remain after it).
-                      The refusal says why and what to do.
-  [2/7] cordon        mark the Node unschedulable
-  [3/7] drain         evict its pods through the eviction API, as kubectl drain
-                      does: DaemonSet pods and static pods stay; pods with emptyDir
-                      data (--delete-emptydir-data) and pods no controller manages
-                      (--evict-unmanaged) are refused, and on a Ready node the
-                      drain then stops before evicting anything, naming them.
-                      Bounded by --timeout: past it the drain of a node that is not
-                      Ready (down) is skipped with a message and the removal goes
-                      on; on a Ready node it fails, naming the pods left.
-  [4/7] etcd-member   for a master: remove its etcd member (by name or peer URL),
-                      checking quorum again; a member already gone is done
-  [5/7] mark-removed  annotate the Node kiln.dev/removed: the node's kiln-leave
-                      service stops its kubelet and pods and keeps them stopped
-                      on every later boot, until the machine is re-imaged
-  [6/7] wait-left     wait (--leave-timeout) for a Ready node to answer that it
-                      stopped; a node that is down is not waited for: keep it
-                      off or re-image it
-  [7/7] delete-node   delete the Node, then the pods still bound to it (at once,
-                      as the pod garbage collector would), so a machine
-                      re-imaged under the same name finds none of them
+		Long: `Take the node NAME out of the cluster, in named steps that each print their
+name, their place in the run and what they did: for a master, a check that its
+etcd member can go (refused, before anything changes, when that would leave no
+master or etcd without quorum; the refusal says why and what to do), then the
+node is cordoned and drained (as kubectl drain, bounded by --timeout), leaves
+etcd, is marked removed so its kiln-leave service stops it for good, and its
+Node is deleted.
 
 Every step is idempotent: a second run finishes what an interrupted one started.
 NAME may be a node of the site, a Node of the cluster or an etcd member's name.
 The apiserver used is another master's: a removed master's apiserver stops
 with its etcd member. While no other master's is ready, they are tried again
-for up to 2 min (a busy master can miss one 10 s probe); a master's own is
+for up to ` + nodeops.ConnectWait.String() + ` (a busy master can miss one probe); a master's own is
 used only when it is the site's one master.
+
+A master also leaves when it is removed through the API (its Node deleted or
+its master label taken off): kiln-leave removes its etcd member itself.
 
 Exit status: 1 when kiln refuses or a step fails (the message names the step),
 2 for a usage error (an unknown node, a missing site file or PKI directory).
-
-Not built yet: removal through the API (deleting a master's Node object does
-not yet remove its etcd member). See docs/operations.md.`,
+See docs/operations.md.`,
 		Example: `  kiln node remove w1 -f site.yaml --pki pki/
   kiln node remove m2 -f site.yaml --pki pki/ --timeout 10m --delete-emptydir-data`,
 		Args: cobra.ExactArgs(1),

@@ -20,6 +20,9 @@ const (
 	Path          = Dir + "/node.json"
 	PKIDir        = "/etc/kiln/pki"
 	KubeconfigDir = "/etc/kiln/kubeconfig"
+	// ZonePath is the seed discovery zone, which the role copies to the
+	// node-local CoreDNS.
+	ZonePath = "/etc/kiln/discovery.zone"
 	// AgentKubeconfig is a master's own credential, which the agent
 	// installs the add-ons and labels the master with (system:masters).
 	// It is not the operator's admin.kubeconfig.

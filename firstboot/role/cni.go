@@ -57,9 +57,8 @@ func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 // the same bytes kiln-net writes, which keeps it from then on. A node is
 // Ready once the runtime has a CNI configuration, and kiln-net's pod is
 // only one of the node's first pods to start; on a loaded machine it
-// started minutes after the CIDR existed (4 min on a QEMU master beside a
-// booting worker), and no other pod is scheduled to a node that is not
-// Ready. A file already there is never replaced. Failures are logged, not
+// starts minutes after the CIDR exists, and no other pod is scheduled to
+// a node that is not Ready. A file already there is never replaced. Failures are logged, not
 // returned: kiln-net writes the file anyway.
 func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
 	if n.haveConflist() {
@@ -130,9 +129,9 @@ func (n *Node) seedConflist(cidr, why string) {
 // pod network, the block the controller-manager's allocator gives the
 // first Node it sees, and writes the CNI configuration for it. The node
 // is then Ready without waiting for the controller-manager to elect
-// itself, sync its caches and start its node IPAM controller: 60-100 s
-// after the apiserver under TCG, most of what a genesis node waited for
-// between its add-ons and Ready. The allocator takes a Node's pod CIDR as
+// itself, sync its caches and start its node IPAM controller, which on a
+// slow machine is a minute or more after the apiserver: most of what a
+// genesis node would wait for between its add-ons and Ready. The allocator takes a Node's pod CIDR as
 // occupied when it starts, and finding it set, keeps it. When any Node has
 // a pod CIDR already the allocator is at work: its choice stands, and the
 // node-ready phase writes the configuration when it comes.
@@ -210,10 +209,10 @@ func findNode(nodes []corev1.Node, name string) *corev1.Node {
 // in the cluster yet: a new cluster's genesis node does it just before it
 // starts its controller-manager. The allocator lists the Nodes when it
 // starts and takes their blocks as occupied, so a block given here is
-// never given twice; before it, a joining master and a worker that
-// registered while the genesis node started waited about 40 s more
-// under TCG for the controller-manager to elect itself, sync and
-// allocate, and were Ready only then. It returns what it gave, by Node.
+// never given twice. Without it, a joining master and a worker that
+// registered while the genesis node started would wait for the
+// controller-manager to elect itself, sync and allocate (tens of seconds
+// on a slow machine), and be Ready only then. It returns what it gave, by Node.
 func givePodCIDRs(ctx context.Context, kube kubernetes.Interface, cluster netip.Prefix) (map[string]string, error) {
 	if _, err := kube.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, controllerManagerLease, metav1.GetOptions{}); err == nil {
 		return nil, nil // a controller-manager has run: the allocator's choice stands

@@ -161,13 +161,12 @@ var controllerPods = []string{"kube-controller-manager", "kube-scheduler"}
 
 // startControllers writes a new cluster's controller-manager and
 // scheduler once its apiserver is ready, as a control plane that existed
-// starts them (restartStages). Started beside it on a one-vCPU genesis
-// master under TCG, they ran for nothing while the apiserver started (by
-// the time its add-ons were applied the scheduler had used 35 s of CPU
-// with nothing to schedule, the apiserver 3m14s), and in both runs
-// watched the controller-manager exited about 8 min after its start,
-// during the apiserver's RBAC hook; its next start waited out the lease
-// the first had held (2 min under timing slow) before any controller ran.
+// starts them (restartStages). Started beside it on a slow one-vCPU
+// genesis master, they would take the apiserver's CPU with nothing to do
+// yet (the scheduler has nothing to schedule), and a controller-manager
+// that exits during the apiserver's RBAC hook makes its next start wait
+// out the lease the first held (2 min under timing slow) before any
+// controller runs.
 //
 // Before that, while no controller-manager has run, the Nodes that
 // registered meanwhile get their pod CIDRs (givePodCIDRs).
@@ -210,14 +209,12 @@ func (n *Node) givePodCIDRsFirst(ctx context.Context, kube kubernetes.Interface)
 
 // waitGenesisAPIServer waits for the apiserver as waitOwnAPIServer does,
 // and meanwhile gives the Nodes that register their pod CIDRs
-// (givePodCIDRsFirst, quietly: the wait says what fails). A new cluster's
-// apiserver serves 40-45 s before its post-start hooks are done under
-// TCG; the joining master and the worker powered on beside the genesis
-// node registered in that time and, given their blocks only when the
-// controller-manager was written, were Ready only then (cluster bench 18:
-// their CNI files 2 s after m1's apiserver was healthy, 46 s after m1's
-// own). Each try is bounded, so a busy apiserver does not hold up the
-// wait's next poll.
+// (givePodCIDRsFirst, quietly: the wait says what fails). On a slow
+// machine a new cluster's apiserver serves tens of seconds before its
+// post-start hooks are done; nodes powered on beside the genesis node
+// register in that time, and given their blocks only once the
+// controller-manager runs they would be Ready only then. Each try is
+// bounded, so a busy apiserver does not hold up the wait's next poll.
 func (n *Node) waitGenesisAPIServer(ctx context.Context) error {
 	return n.waitAPIServer(ctx, func(ctx context.Context, kube kubernetes.Interface) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -276,15 +273,13 @@ func (n *Node) waitAPIServer(ctx context.Context, meanwhile func(context.Context
 // RBAC defaults' hook, on a master beside other etcd members (one that
 // joins a cluster, or comes back in a multi-master one). The hook
 // reconciles about 150 objects one quorum read at a time, and with a
-// peer to ask each read took about a second on loaded TCG masters: 4-9
-// min on a joining master. In a CI run after a whole-cluster cut, both
-// restored masters' apiservers were healthy 11-13 min after they
-// started, and their controller-manager and scheduler waited all that
+// peer to ask each read takes about a second on loaded masters: minutes
+// on a joining master, and on masters restored after a whole-cluster
+// cut, whose controller-manager and scheduler would wait all that
 // while. The cluster has those defaults already, and the apiserver
 // serves with them meanwhile. A lone master waits for the whole /readyz:
-// its reads need no peer (the hook takes about 30 s), and a restored
-// genesis whose controller-manager and scheduler started beside the hook
-// reached Ready later (117-140 s against 108-110 s).
+// its reads need no peer, so the hook is short, and a controller-manager
+// and scheduler started beside it only slow the genesis's way to Ready.
 func (n *Node) rbacAside() []string {
 	if n.etcdPeers {
 		return []string{clustercheck.RBACDefaultsHook}

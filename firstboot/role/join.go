@@ -16,7 +16,7 @@ import (
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
-// Bounds of the etcd join under TCG on a loaded machine: the learner's
+// Bounds of the etcd join on a slow, loaded machine: the learner's
 // start includes importing the images and the kubelet's first sync.
 // Node.joinBounds overrides them in tests.
 const (

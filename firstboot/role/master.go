@@ -98,10 +98,10 @@ func (n *Node) startKubeletBeforeJoin(ctx context.Context) error {
 // the cluster has finished its own bootstrap. A member added before that
 // turns a genesis node's one-member etcd into a two-member quorum while
 // both machines are at their busiest, and every write of the bootstrap
-// then waits for the joiner: in the QEMU cluster (one vCPU per VM) m1's
-// apiserver never became ready once m2's learner was promoted, and when
-// m2 joined as soon as m1's Node was Ready, m1's cluster DNS took 8m41s
-// to start instead of 3 min.
+// then waits for the joiner: on one-vCPU machines the genesis's
+// apiserver may never become ready once the learner is promoted, and a
+// join as soon as the genesis's Node is Ready makes its cluster DNS
+// start minutes later.
 func (n *Node) waitSettled(ctx context.Context) error {
 	var masters []nodefile.Member
 	for _, m := range n.otherMasters() {
@@ -176,7 +176,7 @@ const imagesUnit = "kiln-images.service"
 
 // waitImages waits until the kubelet can start at once, so the learner
 // this node adds next starts within its bound instead of waiting for the
-// import: in the QEMU cluster a learner added before it waited 5 min.
+// import, which on a slow machine takes minutes.
 func (n *Node) waitImages(ctx context.Context) error {
 	return clustercheck.Wait(ctx, "the node's images ("+imagesUnit+")", n.Wait, n.Log, func(ctx context.Context) error {
 		out, err := n.Sys.Run(ctx, "systemctl", "is-active", imagesUnit)

@@ -38,12 +38,12 @@ const apiserverTurnBound = 5 * time.Minute
 // leader's node first, every other master once an apiserver is ready);
 // the controller-manager and scheduler once the local apiserver is ready
 // (beside other etcd members, its RBAC defaults' hook aside: rbacAside).
-// Started all at once after a whole-cluster power cut, they competed for
-// the CPU of machines that were all starting: in the QEMU cluster both
-// apiservers spent minutes in their post-start hooks and one exited when
-// its IP allocation check timed out; with three masters (make soak) every
-// apiserver failed its rbac/bootstrap-roles hook (it must reconcile about
-// 140 objects within 30 s) and restarted, for 30 minutes.
+// Started all at once after a whole-cluster power cut, they compete for
+// the CPU of machines that are all starting: apiservers then spend
+// minutes in their post-start hooks, one can exit when its IP allocation
+// check times out, and with three masters every apiserver can fail its
+// rbac/bootstrap-roles hook (it must reconcile about 140 objects within
+// 30 s) and restart, over and over.
 //
 // A master alone in its site and in its membership record has no turn to
 // wait for: its apiserver starts beside etcd, so the apiserver's own
@@ -73,11 +73,10 @@ func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kub
 // notePeers sets n.etcdPeers when the cluster, read once it has quorum,
 // has voting members beside this one that the membership record does not
 // name: the genesis node's record names itself alone, however many
-// masters joined since, and its restored apiserver waited minutes for the
-// RBAC defaults' hook (cluster bench 15: m1's apiserver served m2's turn
-// check at about 186 s, its controller-manager started only at 505 s)
-// while the joined master's did not. A failed list keeps the record's
-// answer.
+// masters joined since, and without the peers noted its restored
+// controller-manager would wait minutes for the RBAC defaults' hook
+// after its apiserver serves, while the joined master's does not. A
+// failed list keeps the record's answer.
 func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members func(context.Context) ([]etcdmember.Member, error)) {
 	if n.etcdPeers || members == nil {
 		return
@@ -102,8 +101,8 @@ func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members
 // apiserverTurn is nil once this node may start its apiserver: its etcd
 // member leads the cluster, or another master's apiserver is ready, its
 // RBAC defaults' hook aside (that hook waits on etcd's quorum reads, not
-// on the CPU; in a CI run the leader's apiserver was healthy 13 min
-// after it started, and the other master waited out the turn's bound).
+// on the CPU, and can keep the leader's apiserver unhealthy for longer
+// than the turn's bound).
 // One apiserver at a time runs its costly start, while the machines that
 // wait run etcd alone.
 func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {

@@ -211,7 +211,7 @@ func (n *Node) seedZone() error {
 	if _, err := os.Stat(live); err == nil {
 		return nil
 	}
-	seed, err := os.ReadFile(n.path("/etc/kiln/discovery.zone"))
+	seed, err := os.ReadFile(n.path(nodefile.ZonePath))
 	if err != nil {
 		return fmt.Errorf("the discovery zone kiln gen seeds: %w", err)
 	}

@@ -108,7 +108,7 @@ func m2BeaconTLS(t *testing.T, files map[string][]byte) *tls.Config {
 	return cfg
 }
 
-// Issue 55: a probe that times out is no proof of anything. The genesis
+// A probe that times out is no proof of anything. The genesis
 // node does not bootstrap and does not give up: it asks again, says
 // whom it waits for, and bootstraps once the master refuses.
 func TestGenesisWaitsOutATimeoutAndBootstrapsOnceTheMasterRefuses(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kiln-project/kiln/contract/layout"
 )
 
 // ErrAbsent means a source has no config (as opposed to a broken one).
@@ -32,10 +34,10 @@ const (
 
 // Paths, relative to the node's root.
 const (
-	StateConfigPath    = "/var/lib/kiln/config.ign"
-	EmbeddedConfigPath = "/usr/lib/kiln/config.ign"
+	StateConfigPath    = layout.StateConfigPath
+	EmbeddedConfigPath = layout.EmbeddedConfigPath
 	fwCfgPath          = "/sys/firmware/qemu_fw_cfg/by_name/opt/com.coreos/config/raw"
-	ConfigDriveLabel   = "KILN-CONFIG"
+	ConfigDriveLabel   = layout.ConfigDriveLabel
 )
 
 // System is what the sources need from the node beyond files.

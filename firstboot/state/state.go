@@ -15,20 +15,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // Names fixed by docs/architecture.md.
 const (
-	Label      = ignition.StateLabel
-	MountPoint = "/var/lib/kiln-state"
-	rootLabel  = "KILN-ROOT"
+	Label      = layout.StatePartLabel
+	MountPoint = layout.StateMountPoint
+	rootLabel  = layout.RootPartLabel
 )
 
 // PersistentDirs live on the state partition; everything else is rebuilt
 // from the image and the config on every boot.
-var PersistentDirs = []string{"/var/lib/kiln", "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
+var PersistentDirs = []string{layout.VarDir, "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
 
 // Runner runs the disk tools (udevadm, blkid, sgdisk, partx, mkfs.ext4,
 // mount, lsblk) on the node.
@@ -68,10 +68,10 @@ func (m *Manager) logf(format string, args ...any) {
 // and while udev still has events queued, Find asks again whenever the
 // kernel's list of block devices changes (looked at every findPoll);
 // once the queue is empty (or after FindWait) it asks one last time and
-// that answer stands. (After a power cut the disk's driver was
-// often still loading when the agent first asked, and udev went on with
-// the display driver for half a minute: waiting for udev to settle
-// before asking again cost 31 s of such boots under TCG.)
+// that answer stands. (After a power cut the disk's driver may still be
+// loading when the agent first asks, while udev goes on with the display
+// driver for half a minute: waiting for udev to settle before asking
+// again would cost such a boot that half minute.)
 func (m *Manager) Find(ctx context.Context) (string, bool, error) {
 	deadline := time.Now().Add(cmp.Or(m.FindWait, defaultFindWait))
 	changed := m.partitionsWatch()
@@ -101,7 +101,7 @@ const (
 // list of block devices (/proc/partitions) changed since it last said
 // so; its first call says yes. blkid probes every device, the CD-ROMs
 // too, for a label it has not cached: asked four times a second on a
-// blank machine it slowed a one-vCPU guest's boot. Where the list cannot
+// blank machine it slows a one-vCPU machine's boot. Where the list cannot
 // be read, every call says yes.
 func (m *Manager) partitionsWatch() func() bool {
 	var last []byte

@@ -7,6 +7,7 @@ package nodeconfig
 
 import (
 	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/gen/site"
 )
@@ -16,13 +17,13 @@ const (
 	NodeFilePath  = nodefile.Path
 	PKIDir        = nodefile.PKIDir
 	KubeconfigDir = nodefile.KubeconfigDir
-	ZonePath      = "/etc/kiln/discovery.zone"
+	ZonePath      = nodefile.ZonePath
 	// EncryptionConfigPath holds the Secrets encryption key: masters only.
 	EncryptionConfigPath = nodefile.EncryptionConfigPath
 	NetworkPath          = "/etc/systemd/network/10-kiln.network"
 	HostnamePath         = "/etc/hostname"
 	IgnitionSpec         = "3.5.0"
-	StatePartLabel       = "KILN-STATE"
+	StatePartLabel       = layout.StatePartLabel
 )
 
 func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {

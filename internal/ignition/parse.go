@@ -18,6 +18,10 @@ import (
 // storage.filesystems kiln applies.
 const StateLabel = "KILN-STATE"
 
+// StateMountPoint is where the node agent mounts the state filesystem,
+// which a config's filesystems cannot move.
+const StateMountPoint = "/var/lib/kiln-state"
+
 // StateDevice is how a config names the state filesystem's device.
 const StateDevice = "/dev/disk/by-partlabel/" + StateLabel
 

@@ -158,7 +158,7 @@ func (p *problems) filesystems(fss []types.Filesystem) {
 			p.add(path+".label", "%q is not applied by kiln (the state filesystem is labelled %s)", *fs.Label, StateLabel)
 		}
 		if fs.Path != nil {
-			p.add(path+".path", "not applied by kiln (it mounts the state partition itself, at /var/lib/kiln-state)")
+			p.add(path+".path", "not applied by kiln (it mounts the state partition itself, at "+StateMountPoint+")")
 		}
 		if fs.UUID != nil || len(fs.Options) > 0 || len(fs.MountOptions) > 0 {
 			p.add(path, "uuid, options and mountOptions are not applied by kiln")

@@ -13,14 +13,15 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/manifests"
 )
 
 // Path is where the catalog is in the node image; ArchiveDir holds the
 // archives it lists.
 const (
-	Path       = "/usr/lib/kiln/images.json"
-	ArchiveDir = "/usr/lib/kiln/images"
+	Path       = layout.LibDir + "/images.json"
+	ArchiveDir = layout.LibDir + "/images"
 )
 
 // The images kiln's manifests reference, by role.

@@ -14,7 +14,7 @@ const ContainerdSocket = "/run/containerd/containerd.sock"
 // AfterContainerd is r whose runs wait, the first time up to bound,
 // until containerd accepts connections on socket. kiln-images.service
 // starts beside containerd rather than after it, so that its own start
-// (seconds under TCG) overlaps containerd's.
+// (seconds on a slow machine) overlaps containerd's.
 func AfterContainerd(r Runner, socket string, bound time.Duration) Runner {
 	return &afterSocket{Runner: r, socket: socket, bound: bound}
 }

@@ -33,16 +33,16 @@ const ImportedDir = "/var/lib/kiln/images-imported"
 // earlier import: first the boot images (the first boot of the catalog's
 // order, ForRole's count), then, after ready is called, the rest. Up to
 // parallel archives are imported at once: containerd hashes and unpacks
-// each on one core, so on a two-vCPU genesis node two at a time had its
-// static pods' images in half as long. The images live on the state
+// each on one core, so on a two-vCPU node two at a time give its static
+// pods their images in half the time. The images live on the state
 // partition, so a node imports once and every later boot only checks.
 // ready, when not nil, is what the kubelet waits for.
 //
 // A node whose boot images were all stamped on an earlier boot (every
 // restart) calls ready before it asks containerd anything: the stamps
 // and containerd's store share the state partition, and a run of ctr
-// under TCG costs a second or two that the kubelet's start, and with it
-// the control plane's, would wait for. The check that follows still
+// on a slow machine costs a second or two that the kubelet's start, and
+// with it the control plane's, would wait for. The check that follows still
 // imports any image containerd lost.
 func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Writer, boot, parallel int, ready func()) error {
 	boot = min(boot, len(c.Images))

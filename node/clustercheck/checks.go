@@ -20,8 +20,8 @@ import (
 // RBACDefaultsHook is the apiserver's readiness check for the post-start
 // hook that reconciles Kubernetes' default roles and bindings, on every
 // start. The cluster a master joins has them already, and the apiserver
-// serves with them meanwhile; the hook's 140-odd quorum reads took 4-9
-// minutes on a loaded TCG master whose etcd quorum had a busy peer.
+// serves with them meanwhile; the hook's 140-odd quorum reads take
+// minutes on a loaded master whose etcd quorum has a busy peer.
 const RBACDefaultsHook = "poststarthook/rbac/bootstrap-roles"
 
 // APIServerReady is nil when the apiserver's /readyz says ok, the

@@ -189,7 +189,7 @@ func (s *syncer) sync(ctx context.Context) error {
 
 	// From the apiserver's watch cache (resourceVersion 0), not a quorum
 	// read of etcd: every node's kiln-net lists on every Node event, and
-	// after a whole-cluster power cut those consistent reads queued
+	// after a whole-cluster power cut those consistent reads queue
 	// behind the control plane's own start on one-vCPU masters. A list
 	// a moment old is corrected by the pass the next event or Interval
 	// brings.

@@ -133,9 +133,8 @@ func firstReady(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, mast
 // fail and be used: in a site of more than one master, the RBAC
 // defaults' post-start hook (clustercheck.RBACDefaultsHook), as the
 // masters' own agents leave it aside. The cluster has those roles in
-// etcd since its genesis, and the hook, run again on every start, kept a
-// restored master's apiserver unready for minutes after it served
-// (cluster bench 16: both masters' apiservers 4 min after the cut).
+// etcd since its genesis, and the hook, run again on every start, keeps
+// a restored master's apiserver unready for minutes after it serves.
 func readyzAside(s *site.Site) []string {
 	if len(s.Masters()) > 1 {
 		return []string{clustercheck.RBACDefaultsHook}

@@ -61,9 +61,8 @@ func (r *Remover) retry(ctx context.Context, log Logf, f func() error) error {
 // apiserver's 5xx answers and timeouts (etcd without a leader for a
 // moment comes back as one), a connection refused, reset or timed out,
 // etcd's own answers while it elects a leader, and a quorum refusal that
-// rests on members that did not answer in time (the cluster bench's
-// "kiln node remove m2" was refused once because m1's starved etcd missed
-// its status call). A refusal for what an answer cannot change (the last
+// rests on members that did not answer in time (a starved machine's etcd
+// can miss one status call). A refusal for what an answer cannot change (the last
 // master), a 4xx answer or a drain held by a disruption budget is not.
 func transient(err error) bool {
 	var st apierrors.APIStatus

@@ -48,7 +48,7 @@ func (e *electingEtcd) MemberList(ctx context.Context) ([]etcdmember.Member, err
 }
 
 // leaderFailure is the apiserver's answer to a write while its etcd has
-// no leader, as kiln node remove m2 got it in the QEMU cluster.
+// no leader, as a removal gets it while etcd elects one.
 func leaderFailure() error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError,
 		Message: "etcdserver: request timed out, possibly due to previous leader failure"}}
@@ -171,8 +171,7 @@ func (s *slowEtcd) Healthy(ctx context.Context, clientURL string) error {
 
 // A quorum refusal that rests on a member that did not answer is asked
 // again within the bound: a member that answers then lets the removal
-// go on (the cluster bench's kiln node remove m2 was refused once while
-// m1's etcd, on a starved machine, missed its status call).
+// go on (a starved machine's etcd can miss one status call).
 func TestRemoveAsksASlowMemberAgain(t *testing.T) {
 	cs := clientset("", kubeNode("m2", "master", "10.0.0.12", corev1.ConditionTrue))
 	e := &slowEtcd{fakeEtcd: &fakeEtcd{members: []etcdmember.Member{m1, m2}}, slowURL: m1.ClientURLs[0], misses: 2}
@@ -206,8 +205,7 @@ func (clientTimeout) Timeout() bool   { return true }
 func (clientTimeout) Temporary() bool { return true }
 
 // Reading the Node to remove is tried again while the apiserver does not
-// answer in time: the cluster bench's `kiln node remove m2` failed on
-// its first read, through a master busy starting its controllers.
+// answer in time, as a master busy starting its controllers may not.
 func TestRemoveRetriesFindingTheNode(t *testing.T) {
 	cs := clientset("", kubeNode("w1", "worker", "10.0.0.21", corev1.ConditionTrue))
 	fails, gets := 2, 0

@@ -1,0 +1,50 @@
+// Package layout is the node layout every side shares: partition labels,
+// state and config paths, the stamp dir, the run dir and the names that
+// several packages use. The image (builder), the agent (firstboot), the
+// anchors (manifests, node) and the operator's tools (gen, ops) take them
+// from here, so each has one definition; contract/nodefile owns the paths
+// of the files kiln gen writes and the stamp dir.
+package layout
+
+import "github.com/kiln-project/kiln/internal/ignition"
+
+// Partition and filesystem labels, which docs/architecture.md names.
+const (
+	// RootPartLabel names the image's root partition on a raw disk: the
+	// boot chain finds the root by it, and the agent the disk to put the
+	// state partition on.
+	RootPartLabel = "KILN-ROOT"
+	// StatePartLabel names the state partition and its filesystem.
+	// internal/ignition defines it, as the one part of storage a config
+	// may name.
+	StatePartLabel = ignition.StateLabel
+	// ConfigDriveLabel names a drive that holds a node's config.ign.
+	ConfigDriveLabel = "KILN-CONFIG"
+)
+
+// Directories of a node.
+const (
+	// LibDir holds what the image carries read-only: the catalog, the
+	// image archives, the embedded config.
+	LibDir = "/usr/lib/kiln"
+	// VarDir is kiln's persistent directory, on the state partition.
+	VarDir = "/var/lib/kiln"
+	// RunDir holds what lasts one boot: the agent's status.
+	RunDir = "/run/kiln"
+	// StateMountPoint is where the agent mounts the state partition
+	// (internal/ignition names it in what it rejects).
+	StateMountPoint = ignition.StateMountPoint
+)
+
+// Files of a node.
+const (
+	// EmbeddedConfigPath is the config an image may carry baked in.
+	EmbeddedConfigPath = LibDir + "/config.ign"
+	// StateConfigPath is the config the agent keeps once it has one.
+	StateConfigPath = VarDir + "/config.ign"
+	// StatusPath is the agent's status; kiln firstboot --help names it.
+	StatusPath = RunDir + "/status.json"
+	// FirstBootFlag marks a boot that made the state partition, for the
+	// units of a config that run once (ConditionPathExists=).
+	FirstBootFlag = RunDir + "/first-boot"
+)
