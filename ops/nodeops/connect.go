@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-project/kiln/gen/nodeconfig"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
@@ -160,7 +161,7 @@ func connectMaster(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, m
 	err = clustercheck.APIServerReady(pctx, kube, aside...)
 	cancel()
 	if err != nil {
-		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, clustercheck.OneLine(err))
+		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, retry.OneLine(err))
 		return nil, fmt.Errorf("master %s (%s): %w", m.Name, url, err)
 	}
 	log("apiserver: using master %s (%s)", m.Name, url)

@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -32,7 +32,7 @@ func (r *Remover) runStep(ctx context.Context, s step, n *node, log Logf) error 
 }
 
 // retry runs f, and again while it fails on something transient, within
-// the retry bound, saying so every clustercheck.Report.
+// the retry bound, saying so every retry.Report.
 func (r *Remover) retry(ctx context.Context, log Logf, f func() error) error {
 	bound := r.RetryBound
 	if bound == 0 {
@@ -45,9 +45,9 @@ func (r *Remover) retry(ctx context.Context, log Logf, f func() error) error {
 		if err == nil || ctx.Err() != nil || !transient(err) || !r.now().Before(deadline) {
 			return err
 		}
-		if now := r.now(); now.Sub(said) >= clustercheck.Report {
+		if now := r.now(); now.Sub(said) >= retry.Report {
 			said = now
-			log("%s: trying again for up to %s (a slow etcd member, etcd electing a leader, or an apiserver restarting, passes)", clustercheck.OneLine(err), bound)
+			log("%s: trying again for up to %s (a slow etcd member, etcd electing a leader, or an apiserver restarting, passes)", retry.OneLine(err), bound)
 		}
 		select {
 		case <-ctx.Done():

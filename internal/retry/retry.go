@@ -1,9 +1,9 @@
-// Package clustercheck holds what tells whether a kiln cluster works (an
-// apiserver ready, a Node Ready from this boot, every kube-system pod
-// running, a name resolved through cluster DNS from a pod) and the one
-// bounded wait that the node roles, the QEMU tests and the bench use to
-// wait for any of them.
-package clustercheck
+// Package retry owns kiln's waiting: the one bounded wait (Wait) that
+// tries a check again until it passes, fails for good (Final) or its bound
+// passes, and says every Report what it still waits for. The node roles,
+// the cluster checks, the image bake, the operator's tools, the QEMU tests
+// and the bench wait through it rather than through loops of their own.
+package retry
 
 import (
 	"context"
