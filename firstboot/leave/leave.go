@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -102,11 +104,13 @@ func Removed(root string) (string, bool) {
 // the console and tried again at the next read.
 func (w *Watcher) Run(ctx context.Context) error {
 	seen, lastRefusal := 0, ""
-	for {
+	var left error
+	err := retry.WaitEvery(ctx, "this node's removal", retry.NoBound, w.Interval, nil, func(context.Context) error {
 		node, err := w.readNode(ctx)
 		if err == nil {
 			if at, ok := node.Annotations[nodefile.RemovedAnnotation]; ok {
-				return w.Leave(ctx, at)
+				left = w.Leave(ctx, at)
+				return nil
 			}
 		}
 		if why, removed := w.masterRemoved(node, err); !removed {
@@ -114,20 +118,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 		} else if seen++; seen >= 2 {
 			err := w.LeaveControlPlane(ctx, why)
 			if err == nil {
+				left = nil
 				return nil
 			}
 			if msg := err.Error(); msg != lastRefusal {
 				w.Console("not leaving yet: %s", msg)
 				lastRefusal = msg
 			}
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(w.Interval):
-		}
+		return errNotRemoved
+	})
+	if err != nil {
+		return ctx.Err()
 	}
+	return left
 }
+
+// errNotRemoved is why the watcher reads the Node again.
+var errNotRemoved = errors.New("not removed")
 
 // readNode reads the node's own Node through the discovery name, and
 // when that fails through each other master's address, in turn. On a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/mountinfo"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // Names fixed by docs/architecture.md.
@@ -73,24 +74,33 @@ func (m *Manager) logf(format string, args ...any) {
 // the display driver for half a minute: waiting for udev to settle
 // before asking again cost 31 s of such boots under TCG.)
 func (m *Manager) Find(ctx context.Context) (string, bool, error) {
-	deadline := time.Now().Add(cmp.Or(m.FindWait, defaultFindWait))
 	changed := m.partitionsWatch()
-	for {
+	var dev string
+	err := retry.WaitEvery(ctx, "the "+Label+" filesystem", cmp.Or(m.FindWait, defaultFindWait), findPoll, nil, func(context.Context) error {
 		if changed() {
-			if dev, found, err := m.lookup(ctx); err == nil && found {
-				return dev, true, nil
+			if d, found, err := m.lookup(ctx); err == nil && found {
+				dev = d
+				return nil
 			}
 		}
-		if m.udevIdle(ctx) || !time.Now().Before(deadline) {
-			return m.lookup(ctx)
+		if m.udevIdle(ctx) {
+			return retry.Final(errUdevIdle)
 		}
-		select {
-		case <-ctx.Done():
-			return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, ctx.Err())
-		case <-time.After(findPoll):
-		}
+		return errNotFound
+	})
+	switch {
+	case err == nil:
+		return dev, true, nil
+	case ctx.Err() != nil:
+		return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, ctx.Err())
 	}
+	return m.lookup(ctx) // udev is idle, or FindWait passed: this answer stands
 }
+
+var (
+	errUdevIdle = errors.New("udev has no events queued")
+	errNotFound = errors.New("not found yet")
+)
 
 const (
 	defaultFindWait = 30 * time.Second

@@ -67,3 +67,49 @@ func TestOneLine(t *testing.T) {
 		t.Errorf("OneLine(nil) = %q", got)
 	}
 }
+
+func TestWaitEveryTriesAtItsPace(t *testing.T) {
+	calls := 0
+	err := WaitEvery(context.Background(), "the thing", time.Second, time.Millisecond, nil, func(context.Context) error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("WaitEvery = %v after %d calls, want nil after 3", err, calls)
+	}
+}
+
+func TestTimes(t *testing.T) {
+	var tried []int
+	err := Times(context.Background(), 3, time.Millisecond, func(_ context.Context, attempt int) error {
+		tried = append(tried, attempt)
+		return fmt.Errorf("attempt %d failed", attempt)
+	})
+	if fmt.Sprint(tried) != "[1 2 3]" {
+		t.Errorf("tried %v, want [1 2 3]", tried)
+	}
+	if want := "attempt 1 failed\nattempt 2 failed\nattempt 3 failed"; err == nil || err.Error() != want {
+		t.Errorf("Times = %q, want %q", err, want)
+	}
+
+	tried = nil
+	err = Times(context.Background(), 3, time.Millisecond, func(_ context.Context, attempt int) error {
+		tried = append(tried, attempt)
+		if attempt == 2 {
+			return nil
+		}
+		return errors.New("no")
+	})
+	if err != nil || len(tried) != 2 {
+		t.Errorf("Times = %v after %v, want nil after the second attempt", err, tried)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = Times(ctx, 3, time.Hour, func(context.Context, int) error { return errors.New("no") })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Times with an ended ctx = %v, want it to end with ctx", err)
+	}
+}
