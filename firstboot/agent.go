@@ -21,13 +21,14 @@ import (
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // System is everything the agent needs from the node besides files.
 type System interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	command.Runner
 	SetHostname(name string) error
 }
 

@@ -36,14 +36,10 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
-
-// Runner runs host commands (systemctl).
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
 
 // StopUnits are what leaving stops: the kubelet first, so that nothing
 // restarts a pod, then the slice every pod's containers run in (the
@@ -64,8 +60,8 @@ const DefaultStopGrace = 30 * time.Second
 type Watcher struct {
 	Kube     kubernetes.Interface
 	Node     string
-	Root     string // "/" on a node
-	Sys      Runner
+	Root     string         // "/" on a node
+	Sys      command.Runner // host commands (systemctl)
 	Console  func(format string, args ...any)
 	Interval time.Duration // between two reads of the Node
 	Now      func() time.Time
@@ -257,7 +253,7 @@ const kubeletCurrent = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 // kubelet's kubeconfig, with the kubelet's renewed certificate when there
 // is one, and a client at each other master's address to answer through
 // once its pods are stopped. It polls every 10 s.
-func NewWatcher(root string, sys Runner, console func(format string, args ...any)) (*Watcher, error) {
+func NewWatcher(root string, sys command.Runner, console func(format string, args ...any)) (*Watcher, error) {
 	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/internal/retry"
@@ -31,16 +32,10 @@ const (
 // from the image and the config on every boot.
 var PersistentDirs = []string{"/var/lib/kiln", "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
 
-// Runner runs the disk tools (udevadm, blkid, sgdisk, partx, mkfs.ext4,
-// mount, lsblk) on the node.
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
 // Manager finds, creates and mounts the state partition.
 type Manager struct {
-	Root string // "/" on a node
-	Sys  Runner
+	Root string         // "/" on a node
+	Sys  command.Runner // the disk tools: udevadm, blkid, sgdisk, partx, mkfs.ext4, mount, lsblk
 	Log  func(format string, args ...any)
 	// Settle is how long to wait for udev to show a new partition.
 	Settle time.Duration

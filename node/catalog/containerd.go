@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/retry"
 )
 
@@ -17,12 +18,12 @@ const ContainerdSocket = "/run/containerd/containerd.sock"
 // until containerd accepts connections on socket. kiln-images.service
 // starts beside containerd rather than after it, so that its own start
 // (seconds under TCG) overlaps containerd's.
-func AfterContainerd(r Runner, socket string, bound time.Duration) Runner {
+func AfterContainerd(r command.Runner, socket string, bound time.Duration) command.Runner {
 	return &afterSocket{Runner: r, socket: socket, bound: bound}
 }
 
 type afterSocket struct {
-	Runner
+	command.Runner
 	socket string
 	bound  time.Duration
 	once   sync.Once
