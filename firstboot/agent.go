@@ -22,12 +22,14 @@ import (
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // System is everything the agent needs from the node besides files.
 type System interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	command.Runner
 	SetHostname(name string) error
 }
 
@@ -237,25 +239,23 @@ const reloadAttempts = 3
 // before the node stack, so nothing but networkd notices the restart.
 func (a *Agent) reloadNetwork(ctx context.Context) error {
 	pause := cmp.Or(a.ReloadPause, 5*time.Second)
-	var errs []error
-	for attempt := 1; attempt <= reloadAttempts; attempt++ {
+	reloads := retry.Times(ctx, reloadAttempts, pause, func(ctx context.Context, attempt int) error {
 		_, err := a.Sys.Run(ctx, "networkctl", "reload")
 		if err == nil {
-			a.step("network configuration reloaded")
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("reload attempt %d: %w", attempt, err)) // err names the command
 		a.console("reloading systemd-networkd for the config's network files (attempt %d of %d): %s", attempt, reloadAttempts, oneLine(err.Error()))
-		if attempt < reloadAttempts {
-			select {
-			case <-ctx.Done():
-				return errors.Join(append(errs, ctx.Err())...)
-			case <-time.After(pause):
-			}
-		}
+		return fmt.Errorf("reload attempt %d: %w", attempt, err) // err names the command
+	})
+	if reloads == nil {
+		a.step("network configuration reloaded")
+		return nil
+	}
+	if ctx.Err() != nil {
+		return reloads
 	}
 	if _, err := a.Sys.Run(ctx, "systemctl", "restart", "systemd-networkd.service"); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("restart: %w", err))...)
+		return errors.Join(reloads, fmt.Errorf("restart: %w", err))
 	}
 	a.step("network configuration applied by restarting systemd-networkd (networkctl reload failed %d times)", reloadAttempts)
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 	"github.com/kiln-project/kiln/firstboot/source"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 type ignitionConfig = types.Config
@@ -19,17 +20,19 @@ func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, err
 	cmdline, _ := os.ReadFile(filepath.Join(a.Root, "/proc/cmdline"))
 	env := source.Env{Root: a.Root, StateMounted: haveState, Cmdline: string(cmdline), Sys: a.Sys, Fetcher: a.fetcher,
 		AllowUnverified: a.settings.AllowUnverifiedConfig, Log: a.logf}
+	if a.Wait == 0 {
+		return a.configOnce(ctx, env)
+	}
+	var name string
+	var raw []byte
+	var found error // what a source said other than that it has no config
 	var lastSaid time.Time
-	for {
-		name, raw, err := source.First(ctx, source.Standard(env))
+	err := retry.WaitEvery(ctx, "a config", retry.NoBound, a.Wait, nil, func(context.Context) error {
+		var err error
+		name, raw, err = source.First(ctx, source.Standard(env))
 		if !errors.Is(err, source.ErrAbsent) {
-			if err == nil {
-				a.step("config from %s", name)
-			}
-			return name, raw, err
-		}
-		if a.Wait == 0 {
-			return "", nil, errors.New("no config found (state, embedded, fw_cfg, ignition.config.url=, config drive " + source.ConfigDriveLabel + ")")
+			found = err
+			return retry.Final(errFound)
 		}
 		if time.Since(lastSaid) >= time.Minute {
 			a.status.State = "waiting"
@@ -37,10 +40,28 @@ func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, err
 			a.console("waiting for a config (none in: state, embedded, fw_cfg opt/com.coreos/config, ignition.config.url=, config drive labelled %s)", source.ConfigDriveLabel)
 			lastSaid = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return "", nil, ctx.Err()
-		case <-time.After(a.Wait):
-		}
+		return err
+	})
+	if !errors.Is(err, errFound) {
+		return "", nil, ctx.Err()
 	}
+	if found == nil {
+		a.step("config from %s", name)
+	}
+	return name, raw, found
+}
+
+// errFound ends the wait for a config: a source had one, or failed.
+var errFound = errors.New("a source answered")
+
+// configOnce looks for the config once.
+func (a *Agent) configOnce(ctx context.Context, env source.Env) (string, []byte, error) {
+	name, raw, err := source.First(ctx, source.Standard(env))
+	switch {
+	case err == nil:
+		a.step("config from %s", name)
+	case errors.Is(err, source.ErrAbsent):
+		return "", nil, errors.New("no config found (state, embedded, fw_cfg, ignition.config.url=, config drive " + source.ConfigDriveLabel + ")")
+	}
+	return name, raw, err
 }

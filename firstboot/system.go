@@ -3,25 +3,17 @@ package firstboot
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"strings"
 	"sync"
 
 	"github.com/coreos/go-systemd/v22/dbus"
 	"golang.org/x/sys/unix"
+
+	"github.com/kiln-project/kiln/internal/command"
 )
 
-// HostSystem runs commands on the node and sets its hostname.
-type HostSystem struct{}
-
-// Run runs a command; on failure the error carries its output.
-func (HostSystem) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return out, nil
-}
+// HostSystem runs commands on the node (command.Host) and sets its
+// hostname.
+type HostSystem struct{ command.Host }
 
 // SetHostname sets the kernel hostname for this boot.
 func (HostSystem) SetHostname(name string) error { return unix.Sethostname([]byte(name)) }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/images"
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
@@ -33,7 +33,7 @@ func configs(t *testing.T, siteYAML string) map[string][]byte {
 // eventually fails the test unless check passes within bound.
 func eventually(t *testing.T, what string, bound time.Duration, check func() error) {
 	t.Helper()
-	if err := clustercheck.Wait(context.Background(), what, bound, t.Logf, func(context.Context) error { return check() }); err != nil {
+	if err := retry.Wait(context.Background(), what, bound, t.Logf, func(context.Context) error { return check() }); err != nil {
 		t.Fatal(err)
 	}
 }

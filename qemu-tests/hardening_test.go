@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 )
@@ -47,7 +48,7 @@ func checkHardening(t *testing.T, kube kubernetes.Interface, cfg []byte, base, e
 			return err
 		}
 		if err := clustercheck.EncryptedAtRest(raw, plain); err != nil {
-			return clustercheck.Final(err)
+			return retry.Final(err)
 		}
 		return nil
 	})

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -106,7 +106,7 @@ func TestTwoVMsShareABridge(t *testing.T) {
 		vms[nd.name] = v
 		// ip netns exec execs QEMU: the process PowerCut kills is QEMU.
 		var comm []byte
-		err := clustercheck.Wait(t.Context(), "ip netns exec to exec QEMU", 10*time.Second, nil, func(context.Context) (err error) {
+		err := retry.Wait(t.Context(), "ip netns exec to exec QEMU", 10*time.Second, nil, func(context.Context) (err error) {
 			comm, err = os.ReadFile(fmt.Sprintf("/proc/%d/comm", v.PID()))
 			if err == nil && !strings.HasPrefix(string(comm), "qemu-system") {
 				err = fmt.Errorf("pid %d is %q", v.PID(), strings.TrimSpace(string(comm)))
@@ -159,7 +159,7 @@ func TestTwoVMsShareABridge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var banner string
-	err = clustercheck.Wait(ctx, "node a's sshd through the namespace", time.Minute, t.Logf, func(ctx context.Context) error {
+	err = retry.Wait(ctx, "node a's sshd through the namespace", time.Minute, t.Logf, func(ctx context.Context) error {
 		c, err := n.DialContext(ctx, "tcp", "10.77.0.11:22")
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package imageseed
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/mountinfo"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/catalog"
 )
 
@@ -205,27 +207,28 @@ func (d *daemon) ctr(ctx context.Context, bound time.Duration, args ...string) (
 // waitReady waits, at most startBound, until containerd answers. Its
 // log is read only once it has exited (it writes the buffer as it runs).
 func (d *daemon) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(startBound)
-	var last error
-	for time.Now().Before(deadline) {
+	err := catalog.WaitContainerd(ctx, d.socket, startBound, func(ctx context.Context) error {
 		select {
 		case <-d.exited:
-			return fmt.Errorf("containerd seed: containerd exited (%v) before it answered:\n%s", d.waitErr, tail(d.log.String()))
+			return retry.Final(errors.New("containerd exited"))
 		default:
 		}
-		if _, err := os.Stat(d.socket); err == nil {
-			if _, last = d.ctr(ctx, 10*time.Second, "version"); last == nil {
-				return nil
-			}
+		if _, err := os.Stat(d.socket); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		_, err := d.ctr(ctx, 10*time.Second, "version")
+		return err
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, retry.ErrFinal):
+		return fmt.Errorf("containerd seed: containerd exited (%v) before it answered:\n%s", d.waitErr, tail(d.log.String()))
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
 	serr := d.stop()
-	return fmt.Errorf("containerd seed: containerd did not answer on %s within %s (last: %v; stopping it: %v):\n%s", d.socket, startBound, last, serr, tail(d.log.String()))
+	return fmt.Errorf("containerd seed: containerd did not answer: %w (stopping it: %v):\n%s", err, serr, tail(d.log.String()))
 }
 
 // stop ends containerd with SIGTERM, SIGKILL after stopBound, and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/mountinfo"
 	"github.com/kiln-project/kiln/node/catalog"
 )
@@ -19,15 +20,10 @@ import (
 // ErrNoSeed is Plant's answer on an image built without a seed.
 var ErrNoSeed = errors.New("this node image carries no containerd seed (" + Image + ")")
 
-// Runner runs mount on the node.
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
 // Planter plants the image's seed into containerd's store.
 type Planter struct {
-	Root string // "/" on a node
-	Sys  Runner
+	Root string         // "/" on a node
+	Sys  command.Runner // mount
 	Log  func(format string, args ...any)
 	Now  func() time.Time // nil: time.Now
 }

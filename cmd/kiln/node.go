@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-project/kiln/contract/nodelabels"
 	"github.com/kiln-project/kiln/firstboot"
 	"github.com/kiln-project/kiln/firstboot/leave"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/anchor"
 	"github.com/kiln-project/kiln/node/catalog"
@@ -130,7 +131,7 @@ core).`,
 			// kiln-images.service is Type=notify: the kubelet, ordered
 			// after it, starts once its static pods' images are in.
 			ready := func() { daemon.SdNotify(false, daemon.SdNotifyReady) }
-			ctr := catalog.AfterContainerd(firstboot.HostSystem{}, root+catalog.ContainerdSocket, containerdBound)
+			ctr := catalog.AfterContainerd(command.Host{}, root+catalog.ContainerdSocket, containerdBound)
 			return mine.Import(cmd.Context(), root, ctr, cmd.OutOrStdout(), boot, parallel, ready)
 		},
 	}
@@ -160,7 +161,7 @@ as it is.`,
 			start := time.Now()
 			out := cmd.OutOrStdout()
 			logf := func(f string, a ...any) { fmt.Fprintf(out, "kiln-seed: "+f+"\n", a...) }
-			p := &imageseed.Planter{Root: root, Sys: firstboot.HostSystem{}, Log: logf}
+			p := &imageseed.Planter{Root: root, Sys: command.Host{}, Log: logf}
 			res, err := p.Plant(cmd.Context())
 			switch {
 			case errors.Is(err, imageseed.ErrNoSeed):

@@ -12,12 +12,12 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 )
 
 // Host is what applying needs from the node besides its files.
 type Host interface {
-	// Run runs a command such as useradd on the node.
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	command.Runner // commands such as useradd
 	SetHostname(name string) error
 }
 

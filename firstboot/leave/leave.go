@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -35,13 +36,10 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
-
-// Runner runs host commands (systemctl).
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
 
 // StopUnits are what leaving stops: the kubelet first, so that nothing
 // restarts a pod, then the slice every pod's containers run in (the
@@ -62,8 +60,8 @@ const DefaultStopGrace = 30 * time.Second
 type Watcher struct {
 	Kube     kubernetes.Interface
 	Node     string
-	Root     string // "/" on a node
-	Sys      Runner
+	Root     string         // "/" on a node
+	Sys      command.Runner // host commands (systemctl)
 	Console  func(format string, args ...any)
 	Interval time.Duration // between two reads of the Node
 	Now      func() time.Time
@@ -102,11 +100,13 @@ func Removed(root string) (string, bool) {
 // the console and tried again at the next read.
 func (w *Watcher) Run(ctx context.Context) error {
 	seen, lastRefusal := 0, ""
-	for {
+	var left error
+	err := retry.WaitEvery(ctx, "this node's removal", retry.NoBound, w.Interval, nil, func(context.Context) error {
 		node, err := w.readNode(ctx)
 		if err == nil {
 			if at, ok := node.Annotations[nodefile.RemovedAnnotation]; ok {
-				return w.Leave(ctx, at)
+				left = w.Leave(ctx, at)
+				return nil
 			}
 		}
 		if why, removed := w.masterRemoved(node, err); !removed {
@@ -114,20 +114,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 		} else if seen++; seen >= 2 {
 			err := w.LeaveControlPlane(ctx, why)
 			if err == nil {
+				left = nil
 				return nil
 			}
 			if msg := err.Error(); msg != lastRefusal {
 				w.Console("not leaving yet: %s", msg)
 				lastRefusal = msg
 			}
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(w.Interval):
-		}
+		return errNotRemoved
+	})
+	if err != nil {
+		return ctx.Err()
 	}
+	return left
 }
+
+// errNotRemoved is why the watcher reads the Node again.
+var errNotRemoved = errors.New("not removed")
 
 // readNode reads the node's own Node through the discovery name, and
 // when that fails through each other master's address, in turn. On a
@@ -248,7 +253,7 @@ const kubeletCurrent = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 // kubelet's kubeconfig, with the kubelet's renewed certificate when there
 // is one, and a client at each other master's address to answer through
 // once its pods are stopped. It polls every 10 s.
-func NewWatcher(root string, sys Runner, console func(format string, args ...any)) (*Watcher, error) {
+func NewWatcher(root string, sys command.Runner, console func(format string, args ...any)) (*Watcher, error) {
 	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/freeport"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -76,7 +77,7 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 		t.Fatal(err)
 	}
 	ready := func(ctx context.Context) error { return clustercheck.APIServerReady(ctx, c.kube) }
-	if err := clustercheck.Wait(context.Background(), "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
+	if err := retry.Wait(context.Background(), "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
 		t.Fatal(err)
 	}
 	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -100,10 +101,10 @@ func (c *cluster) applyAddOns(ctx context.Context, p manifests.Params) error {
 			ri = c.dyn.Resource(r.gvr).Namespace(u.GetNamespace())
 		}
 		what := fmt.Sprintf("apply %s %s", u.GetKind(), u.GetName())
-		err = clustercheck.Wait(ctx, what, 2*time.Minute, nil, func(ctx context.Context) error {
+		err = retry.Wait(ctx, what, 2*time.Minute, nil, func(ctx context.Context) error {
 			_, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manifests.FieldOwner, Force: true})
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-				return clustercheck.Final(err) // retrying cannot fix the object
+				return retry.Final(err) // retrying cannot fix the object
 			}
 			return err
 		})
@@ -136,7 +137,7 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 	if err != nil {
 		return err
 	}
-	return clustercheck.Wait(ctx, "node "+name+" registered and labelled", bound, c.log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "node "+name+" registered and labelled", bound, c.log, func(ctx context.Context) error {
 		node, err := c.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manifests.FieldOwner})
 		if err != nil || len(taints) == 0 {
 			return err
@@ -158,16 +159,16 @@ func (c *cluster) labelNode(ctx context.Context, name string, labels map[string]
 // name) but only onto node: on a slow machine a master that joined
 // during the genesis node's validation had the pod, and its kubelet,
 // busy starting its own control plane, left it pending for minutes.
-func (c *cluster) validatePod(ctx context.Context, image, domain, node string, retry, bound time.Duration) error {
+func (c *cluster) validatePod(ctx context.Context, image, domain, node string, dnsRetry, bound time.Duration) error {
 	name := "kubernetes." + "default.svc." + domain
 	dns := "cluster DNS (kube-system/" + manifests.ClusterDNSService + ") with a ready endpoint"
-	err := clustercheck.Wait(ctx, dns, bound, c.log, func(ctx context.Context) error {
+	err := retry.Wait(ctx, dns, bound, c.log, func(ctx context.Context) error {
 		return clustercheck.ServiceReady(ctx, c.kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
 	})
 	if err != nil {
 		return err
 	}
-	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", retry.String(), name)
+	pod := clustercheck.CheckPod("kiln-validate", image, "", "dns", "--retry", dnsRetry.String(), name)
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	ended, logs, err := clustercheck.RunPod(ctx, c.kube, pod, bound, c.log)
 	if err != nil {
@@ -177,7 +178,7 @@ func (c *cluster) validatePod(ctx context.Context, image, domain, node string, r
 	if phase != corev1.PodSucceeded || !strings.Contains(logs, "resolved "+name) {
 		c.log("the cluster when validation failed:\n%s%s", clustercheck.Describe(ctx, c.kube),
 			clustercheck.PodLogs(ctx, c.kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 30))
-		return fmt.Errorf("validation pod %s: %s", phase, clustercheck.OneLine(errors.New(logs)))
+		return fmt.Errorf("validation pod %s: %s", phase, retry.OneLine(errors.New(logs)))
 	}
 	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, clustercheck.LastLine(logs))
 	return nil
@@ -212,7 +213,7 @@ func (n *Node) waitSelfReady(ctx context.Context) error {
 		return err
 	}
 	keep := n.keepNodeLocalAddress()
-	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
 		err := n.selfReady(ctx, c.kube)
 		if err != nil {
 			keep(ctx) // the kubelet reaches the apiservers through it
@@ -226,6 +227,6 @@ func (n *Node) validate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	retry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
-	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.file.Name, retry, n.Wait)
+	dnsRetry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
+	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.file.Name, dnsRetry, n.Wait)
 }

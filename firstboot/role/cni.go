@@ -21,6 +21,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/kilnnet"
@@ -145,7 +146,7 @@ func (n *Node) claimPodCIDR(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return clustercheck.Wait(ctx, "node "+n.file.Name+" with a pod CIDR", n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "node "+n.file.Name+" with a pod CIDR", n.Wait, n.Log, func(ctx context.Context) error {
 		cidr, claimed, err := claimFirstBlock(ctx, c.kube, n.file.Name, block)
 		if err != nil || cidr == "" {
 			return err

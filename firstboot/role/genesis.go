@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -86,7 +87,7 @@ func (n *Node) genesisPhases() []phase {
 // its waiting banner (beacon.go); one that cannot be ruled out (a
 // timeout: a busy machine, a port still blocked, a slow link) keeps this
 // node from bootstrapping, and it asks again, saying every
-// clustercheck.Report whom it waits for. The wait has no bound: the way
+// retry.Report whom it waits for. The wait has no bound: the way
 // out is on the console (that master answering, or the path to it
 // fixed). Only a proven foreign PKI ends it.
 func (n *Node) requireNoCluster(ctx context.Context) error {
@@ -96,16 +97,16 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 	}
 	var last surveyed
 	var lastReport time.Time
-	err = clustercheck.Wait(ctx, "every other master ruled out", clustercheck.NoBound, nil, func(ctx context.Context) error {
+	err = retry.Wait(ctx, "every other master ruled out", retry.NoBound, nil, func(ctx context.Context) error {
 		last = n.survey(ctx, cfg)
 		switch {
 		case len(last.answering) > 0:
-			return clustercheck.Final(fmt.Errorf("%w (%s answers)", errClusterExists, last.answering[0].Name))
+			return retry.Final(fmt.Errorf("%w (%s answers)", errClusterExists, last.answering[0].Name))
 		case last.foreign() != nil:
-			return clustercheck.Final(fmt.Errorf("%w: %w: this node and that master were given different PKIs (another kiln gen run?); "+
+			return retry.Final(fmt.Errorf("%w: %w: this node and that master were given different PKIs (another kiln gen run?); "+
 				"boot every machine of the site with configs from one kiln gen run, or re-image the site's masters to start over", errRefused, last.foreign()))
 		case len(last.doubts) > 0:
-			if time.Since(lastReport) >= clustercheck.Report {
+			if time.Since(lastReport) >= retry.Report {
 				lastReport = time.Now()
 				n.Log("genesis: waiting to rule out %s; not bootstrapping while a cluster may exist (power that master on, or fix the path to its etcd port)", last.waitingOn())
 			}
@@ -260,7 +261,7 @@ func (n *Node) waitAPIServer(ctx context.Context, meanwhile func(context.Context
 	if len(except) > 0 {
 		n.Log("the cluster has its default RBAC objects: the apiserver is healthy without its %s check", clustercheck.RBACDefaultsHook)
 	}
-	return clustercheck.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
 		err := clustercheck.APIServerReady(ctx, kube, except...)
 		if err != nil && meanwhile != nil {
 			meanwhile(ctx, kube)

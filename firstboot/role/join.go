@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -138,7 +138,7 @@ func (n *Node) removeStale(ctx context.Context, c etcdCluster, list []member, s 
 // waitLearnerStarted waits until the member has published its name:
 // its etcd runs and reached the leader.
 func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64) error {
-	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x started", id), cmp.Or(n.joinBounds.learnerStart, learnerStartBound), n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, fmt.Sprintf("etcd member %x started", id), cmp.Or(n.joinBounds.learnerStart, learnerStartBound), n.Log, func(ctx context.Context) error {
 		list, err := c.MemberList(ctx)
 		if err != nil {
 			return err
@@ -151,14 +151,14 @@ func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64)
 				return nil
 			}
 		}
-		return clustercheck.Final(fmt.Errorf("member %x is no longer in the member list", id))
+		return retry.Final(fmt.Errorf("member %x is no longer in the member list", id))
 	})
 }
 
 // promote makes the learner a voting member, retrying while it catches
 // up with the leader or another learner is ahead of it.
 func (n *Node) promote(ctx context.Context, c etcdCluster, id uint64) error {
-	return clustercheck.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), cmp.Or(n.joinBounds.promote, promoteBound), n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), cmp.Or(n.joinBounds.promote, promoteBound), n.Log, func(ctx context.Context) error {
 		err := c.Promote(ctx, id)
 		if err != nil && strings.Contains(err.Error(), "can only promote a learner member") && !strings.Contains(err.Error(), "in sync") {
 			return nil // a voting member already: an earlier boot promoted it

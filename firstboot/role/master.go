@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -57,7 +58,7 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 		return fmt.Errorf("the node file lists no other master to join")
 	}
 	defer n.stopBeacon()
-	return clustercheck.Wait(ctx, "the cluster (its genesis node bootstraps it; this master joins it)", clustercheck.NoBound, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "the cluster (its genesis node bootstraps it; this master joins it)", retry.NoBound, n.Log, func(ctx context.Context) error {
 		n.startBeacon()
 		s := n.survey(ctx, cfg)
 		if len(s.answering) > 0 {
@@ -68,7 +69,7 @@ func (n *Node) waitForCluster(ctx context.Context) error {
 			return nil
 		}
 		if err := s.foreign(); err != nil {
-			return clustercheck.Final(err)
+			return retry.Final(err)
 		}
 		if err := s.doubt(); err != nil {
 			return err
@@ -110,7 +111,7 @@ func (n *Node) waitSettled(ctx context.Context) error {
 		}
 	}
 	kubelet, _ := n.kubeletClient() // nil: no CNI seeding while waiting
-	return clustercheck.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", n.Wait, n.Log, func(ctx context.Context) error {
 		err := firstSettledMaster(ctx, masters, n.apiAt)
 		if err != nil && kubelet != nil {
 			n.seedCNI(ctx, kubelet) // the Node is Ready once it has its pod CIDR
@@ -178,13 +179,13 @@ const imagesUnit = "kiln-images.service"
 // this node adds next starts within its bound instead of waiting for the
 // import, which on a slow machine takes minutes.
 func (n *Node) waitImages(ctx context.Context) error {
-	return clustercheck.Wait(ctx, "the node's images ("+imagesUnit+")", n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "the node's images ("+imagesUnit+")", n.Wait, n.Log, func(ctx context.Context) error {
 		out, err := n.Sys.Run(ctx, "systemctl", "is-active", imagesUnit)
 		switch state := strings.TrimSpace(string(out)); {
 		case err == nil:
 			return nil
 		case state == "failed":
-			return clustercheck.Final(fmt.Errorf("%s failed: journalctl -u %s says why", imagesUnit, imagesUnit))
+			return retry.Final(fmt.Errorf("%s failed: journalctl -u %s says why", imagesUnit, imagesUnit))
 		case state != "":
 			return fmt.Errorf("%s is %s", imagesUnit, state)
 		default:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -83,7 +84,7 @@ func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members
 	}
 	ms, err := members(ctx)
 	if err != nil {
-		n.Log("the etcd member list: %s (going by the membership record: %d member(s))", clustercheck.OneLine(err), len(rec.Peers))
+		n.Log("the etcd member list: %s (going by the membership record: %d member(s))", retry.OneLine(err), len(rec.Peers))
 		return
 	}
 	voting := 0
@@ -113,7 +114,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 		}
 		why := "this member does not lead etcd"
 		if err != nil {
-			why = "the etcd leader unknown: " + clustercheck.OneLine(err)
+			why = "the etcd leader unknown: " + retry.OneLine(err)
 		}
 		m, doubt := firstMaster(ctx, n.otherMasters(), n.apiAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -121,7 +122,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 			return clustercheck.APIServerReady(ctx, kube, clustercheck.RBACDefaultsHook)
 		})
 		if doubt != nil {
-			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, clustercheck.OneLine(doubt))
+			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, retry.OneLine(doubt))
 		}
 		n.Log("master %s's apiserver is ready: starting this one", m.Name)
 		return nil
@@ -149,17 +150,17 @@ func (n *Node) startInOrder(ctx context.Context, p manifests.Params, stages []st
 		if bound == 0 {
 			bound = n.Wait
 		}
-		err := clustercheck.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
+		err := retry.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err
 		case len(s.pods) == 0:
 			if err != nil {
-				n.Log("going on: %s", clustercheck.OneLine(err))
+				n.Log("going on: %s", retry.OneLine(err))
 			}
 			continue
 		case err != nil:
-			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), clustercheck.OneLine(err))
+			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), retry.OneLine(err))
 		}
 		if err := n.writeStaticPods(p, s.pods); err != nil {
 			return err

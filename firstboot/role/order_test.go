@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -337,7 +338,7 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 				if tc.quorate {
 					bound = time.Minute
 				}
-				err = clustercheck.Wait(context.Background(), fmt.Sprintf("etcd quorum on e%d", i+1), bound, t.Logf, etcd.quorum)
+				err = retry.Wait(context.Background(), fmt.Sprintf("etcd quorum on e%d", i+1), bound, t.Logf, etcd.quorum)
 				if tc.quorate && err != nil {
 					t.Fatalf("a quorate cluster: %v", err)
 				}

@@ -14,8 +14,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/node/clustercheck"
 )
 
 // A role cut short resumes at its first unstamped one-shot phase; the
@@ -75,8 +75,8 @@ func TestRejectedAnswersAreFinal(t *testing.T) {
 		{errors.New("connection refused"), false, "connection refused"},
 	} {
 		got := rejected(tc.err)
-		if errors.Is(got, clustercheck.ErrFinal) != tc.final || !strings.Contains(got.Error(), tc.wantInMsg) {
-			t.Errorf("%v: got %v (final %v), want final=%v with %q", tc.err, got, errors.Is(got, clustercheck.ErrFinal), tc.final, tc.wantInMsg)
+		if errors.Is(got, retry.ErrFinal) != tc.final || !strings.Contains(got.Error(), tc.wantInMsg) {
+			t.Errorf("%v: got %v (final %v), want final=%v with %q", tc.err, got, errors.Is(got, retry.ErrFinal), tc.final, tc.wantInMsg)
 		}
 	}
 }

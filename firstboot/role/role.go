@@ -24,21 +24,17 @@ import (
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/steps"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
-// Runner runs host commands (systemctl).
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
 // Node is the role's view of the machine.
 type Node struct {
 	Root string
-	Sys  Runner
+	Sys  command.Runner // host commands (systemctl)
 	Log  func(format string, args ...any)
 	// Wait bounds each wait for the cluster (apiserver, Ready, a pod).
 	Wait time.Duration

@@ -20,8 +20,8 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/certtest"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -89,7 +89,7 @@ func TestKubeletClientCertRotatesOnARealControlPlane(t *testing.T) {
 		}
 		return nil
 	}
-	if err := clustercheck.Wait(ctx, "the node's client certificate renewed", 3*time.Minute, t.Logf, renewed); err != nil {
+	if err := retry.Wait(ctx, "the node's client certificate renewed", 3*time.Minute, t.Logf, renewed); err != nil {
 		csrs, _ := cp.cluster.kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 		for _, c := range csrs.Items {
 			t.Logf("CSR %s by %s: %v", c.Name, c.Spec.Username, c.Status.Conditions)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/nodelabels"
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -52,7 +52,7 @@ func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
 		return err
 	}
 	keep := n.keepNodeLocalAddress()
-	return clustercheck.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
+	return retry.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
 		err := rejected(n.selfReady(ctx, kube))
 		if err != nil {
 			keep(ctx) // this client and the kubelet reach the apiservers through it
@@ -73,7 +73,7 @@ func (n *Node) requestLabels(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = clustercheck.Wait(ctx, "labels requested on node "+n.file.Name, n.Wait, n.Log, func(ctx context.Context) error {
+	err = retry.Wait(ctx, "labels requested on node "+n.file.Name, n.Wait, n.Log, func(ctx context.Context) error {
 		return rejected(nodelabels.Request(ctx, kube, n.file.Name, r))
 	})
 	if err == nil {
@@ -89,9 +89,9 @@ func rejected(err error) error {
 	var unknownCA x509.UnknownAuthorityError
 	switch {
 	case apierrors.IsUnauthorized(err):
-		return clustercheck.Final(fmt.Errorf("%w: %w", errCertRejected, err))
+		return retry.Final(fmt.Errorf("%w: %w", errCertRejected, err))
 	case errors.As(err, &unknownCA):
-		return clustercheck.Final(fmt.Errorf("the apiserver's certificate is not from this site's CA: %w", err))
+		return retry.Final(fmt.Errorf("the apiserver's certificate is not from this site's CA: %w", err))
 	}
 	return err
 }
@@ -111,10 +111,10 @@ func (n *Node) publishVersion(ctx context.Context) error {
 	kube, err := n.kubeletClient()
 	if err == nil {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: n.Version}}})
-		err = clustercheck.Wait(ctx, "kiln version published on node "+n.file.Name, publishVersionBound, n.Log, func(ctx context.Context) error {
+		err = retry.Wait(ctx, "kiln version published on node "+n.file.Name, publishVersionBound, n.Log, func(ctx context.Context) error {
 			_, err := kube.CoreV1().Nodes().Patch(ctx, n.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 			if apierrors.IsForbidden(err) {
-				return clustercheck.Final(err) // no retry changes a refusal
+				return retry.Final(err) // no retry changes a refusal
 			}
 			return rejected(err)
 		})

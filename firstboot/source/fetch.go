@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // Fetcher gets remote configs and file contents over http, https and
@@ -53,29 +55,36 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("%s: scheme %q is not supported (http, https, tftp)", rawURL, u.Scheme)
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
-	defer cancel()
+	var data []byte
 	var last error // the last failure that says why, not that time ran out
-	for attempt := 1; ; attempt++ {
-		data, err := get(ctx, u)
+	var permanent error
+	attempt := 0
+	err = retry.WaitEvery(ctx, "fetching "+rawURL, f.Timeout, f.Retry, nil, func(ctx context.Context) error {
+		attempt++
+		got, err := get(ctx, u)
 		if err == nil {
-			return data, nil
+			data = got
+			return nil
 		}
 		if last == nil || ctx.Err() == nil {
 			last = err
 		}
 		if errors.As(err, new(permanentError)) {
-			return nil, fmt.Errorf("fetching %s: %w", rawURL, err)
+			permanent = err
+			return retry.Final(err)
 		}
 		if f.Log != nil && (attempt == 1 || attempt%15 == 0) {
 			f.Log("fetching %s (attempt %d): %v; retrying", rawURL, attempt, err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", rawURL, attempt, last)
-		case <-time.After(f.Retry):
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return data, nil
+	case errors.Is(err, retry.ErrFinal):
+		return nil, fmt.Errorf("fetching %s: %w", rawURL, permanent)
 	}
+	return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", rawURL, attempt, last)
 }
 
 func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/internal/command"
 )
 
 // ErrAbsent means a source has no config (as opposed to a broken one).
@@ -40,18 +41,12 @@ const (
 	ConfigDriveLabel   = layout.ConfigDriveLabel
 )
 
-// System is what the sources need from the node beyond files.
-type System interface {
-	// Run runs a command (modprobe, blkid, mount, umount).
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
 // Env describes the node the sources read from.
 type Env struct {
-	Root         string // "/" on a node; a temp dir in tests
-	StateMounted bool   // the state partition is mounted: its copy comes first
-	Cmdline      string // the kernel command line
-	Sys          System
+	Root         string         // "/" on a node; a temp dir in tests
+	StateMounted bool           // the state partition is mounted: its copy comes first
+	Cmdline      string         // the kernel command line
+	Sys          command.Runner // modprobe, blkid, mount, umount
 	Fetcher      *Fetcher
 	// AllowUnverified lets a config from http, tftp or a config drive be
 	// used without kiln.config.hash= (the image spec's

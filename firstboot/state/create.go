@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/retry"
+
 	"github.com/coreos/ignition/v2/config/v3_5/types"
 )
 
@@ -139,25 +141,29 @@ func (m *Manager) prepareTable(ctx context.Context, t Target) error {
 
 func (m *Manager) waitPartition(ctx context.Context) (string, error) {
 	link := m.path("/dev/disk/by-partlabel/" + Label)
-	deadline := time.Now().Add(max(m.Settle, time.Second))
-	for {
+	bound := max(m.Settle, time.Second)
+	var dev string
+	err := retry.WaitEvery(ctx, "the new partition "+Label, bound, 200*time.Millisecond, nil, func(context.Context) error {
 		m.Sys.Run(ctx, "udevadm", "settle", "--timeout=10")
-		if dev, err := filepath.EvalSymlinks(link); err == nil {
-			return m.nodePath(dev), nil
+		if d, err := filepath.EvalSymlinks(link); err == nil {
+			dev = m.nodePath(d)
+			return nil
 		}
 		// without udev (containers, tests) blkid still scans the kernel's list
-		if out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "PARTLABEL="+Label); err == nil && strings.TrimSpace(string(out)) != "" {
-			return strings.Fields(string(out))[0], nil
+		out, err := m.Sys.Run(ctx, "blkid", "-o", "device", "-t", "PARTLABEL="+Label)
+		if err == nil && strings.TrimSpace(string(out)) != "" {
+			dev = strings.Fields(string(out))[0]
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the new partition %s did not appear under %s", Label, filepath.Dir(link))
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return errNotFound
+	})
+	switch {
+	case err == nil:
+		return dev, nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
 	}
+	return "", fmt.Errorf("the new partition %s did not appear under %s within %s", Label, filepath.Dir(link), bound)
 }
 
 // blkidNothingFound is blkid's exit status when it identifies nothing:

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/mountinfo"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // Names fixed by docs/architecture.md.
@@ -30,16 +32,10 @@ const (
 // from the image and the config on every boot.
 var PersistentDirs = []string{layout.VarDir, "/var/lib/containerd", "/var/lib/docker", "/var/lib/kubelet", "/var/lib/etcd", "/var/log"}
 
-// Runner runs the disk tools (udevadm, blkid, sgdisk, partx, mkfs.ext4,
-// mount, lsblk) on the node.
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
 // Manager finds, creates and mounts the state partition.
 type Manager struct {
-	Root string // "/" on a node
-	Sys  Runner
+	Root string         // "/" on a node
+	Sys  command.Runner // the disk tools: udevadm, blkid, sgdisk, partx, mkfs.ext4, mount, lsblk
 	Log  func(format string, args ...any)
 	// Settle is how long to wait for udev to show a new partition.
 	Settle time.Duration
@@ -73,24 +69,33 @@ func (m *Manager) logf(format string, args ...any) {
 // driver for half a minute: waiting for udev to settle before asking
 // again would cost such a boot that half minute.)
 func (m *Manager) Find(ctx context.Context) (string, bool, error) {
-	deadline := time.Now().Add(cmp.Or(m.FindWait, defaultFindWait))
 	changed := m.partitionsWatch()
-	for {
+	var dev string
+	err := retry.WaitEvery(ctx, "the "+Label+" filesystem", cmp.Or(m.FindWait, defaultFindWait), findPoll, nil, func(context.Context) error {
 		if changed() {
-			if dev, found, err := m.lookup(ctx); err == nil && found {
-				return dev, true, nil
+			if d, found, err := m.lookup(ctx); err == nil && found {
+				dev = d
+				return nil
 			}
 		}
-		if m.udevIdle(ctx) || !time.Now().Before(deadline) {
-			return m.lookup(ctx)
+		if m.udevIdle(ctx) {
+			return retry.Final(errUdevIdle)
 		}
-		select {
-		case <-ctx.Done():
-			return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, ctx.Err())
-		case <-time.After(findPoll):
-		}
+		return errNotFound
+	})
+	switch {
+	case err == nil:
+		return dev, true, nil
+	case ctx.Err() != nil:
+		return "", false, fmt.Errorf("looking for the %s filesystem: %w", Label, ctx.Err())
 	}
+	return m.lookup(ctx) // udev is idle, or FindWait passed: this answer stands
 }
+
+var (
+	errUdevIdle = errors.New("udev has no events queued")
+	errNotFound = errors.New("not found yet")
+)
 
 const (
 	defaultFindWait = 30 * time.Second

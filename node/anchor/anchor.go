@@ -31,6 +31,7 @@ import (
 	"github.com/kiln-project/kiln/contract/discovery"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -115,16 +116,12 @@ func (h Host) Cleanup(ctx context.Context, component string, now time.Time) erro
 // waitMemberRemoved reports whether kiln-leave has recorded the removal of
 // this master's etcd member, waiting for it until ctx ends.
 func (h Host) waitMemberRemoved(ctx context.Context) bool {
-	for {
-		if _, err := os.Stat(h.path(manifests.EtcdMemberRemovedMarker)); err == nil {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(time.Second):
-		}
-	}
+	marker := h.path(manifests.EtcdMemberRemovedMarker)
+	err := retry.WaitEvery(ctx, "this master's etcd member's removal ("+marker+")", retry.NoBound, time.Second, nil, func(context.Context) error {
+		_, err := os.Stat(marker)
+		return err
+	})
+	return err == nil
 }
 
 func (h Host) log(format string, args ...any) {

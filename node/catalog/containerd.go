@@ -6,6 +6,9 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/command"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // ContainerdSocket is where containerd serves its API on a node.
@@ -15,12 +18,12 @@ const ContainerdSocket = "/run/containerd/containerd.sock"
 // until containerd accepts connections on socket. kiln-images.service
 // starts beside containerd rather than after it, so that its own start
 // (seconds on a slow machine) overlaps containerd's.
-func AfterContainerd(r Runner, socket string, bound time.Duration) Runner {
+func AfterContainerd(r command.Runner, socket string, bound time.Duration) command.Runner {
 	return &afterSocket{Runner: r, socket: socket, bound: bound}
 }
 
 type afterSocket struct {
-	Runner
+	command.Runner
 	socket string
 	bound  time.Duration
 	once   sync.Once
@@ -36,20 +39,30 @@ func (a *afterSocket) Run(ctx context.Context, name string, args ...string) ([]b
 }
 
 // waitSocket is nil once a connection to the unix socket path succeeds,
-// trying every 100 ms for up to bound.
+// within bound.
 func waitSocket(ctx context.Context, path string, bound time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	var d net.Dialer
-	for {
-		c, err := d.DialContext(ctx, "unix", path)
-		if err == nil {
+	if err := WaitContainerd(ctx, path, bound, nil); err != nil {
+		return fmt.Errorf("waiting for %w (journalctl -u containerd says why)", err)
+	}
+	return nil
+}
+
+// WaitContainerd waits, at most bound, until containerd answers on
+// socket: until a connection to the socket succeeds or, where answers is
+// not nil, until answers passes instead (a retry.Final error from it ends
+// the wait). It tries every 100 ms; the error names the socket and wraps
+// the last failure. The node's image import and the bake's image seed
+// both wait for their containerd through it.
+func WaitContainerd(ctx context.Context, socket string, bound time.Duration, answers func(context.Context) error) error {
+	if answers == nil {
+		answers = func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return err
+			}
 			return c.Close()
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for containerd: nothing accepted connections on %s within %s (journalctl -u containerd says why): %w", path, bound, err)
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
+	return retry.WaitEvery(ctx, "containerd on "+socket, bound, 100*time.Millisecond, nil, answers)
 }

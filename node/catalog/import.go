@@ -12,13 +12,9 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/syncwriter"
 )
-
-// Runner runs ctr on the node.
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) ([]byte, error)
-}
 
 // Namespace is containerd's namespace for the kubelet's images.
 const Namespace = "k8s.io"
@@ -44,7 +40,7 @@ const ImportedDir = "/var/lib/kiln/images-imported"
 // on a slow machine costs a second or two that the kubelet's start, and
 // with it the control plane's, would wait for. The check that follows still
 // imports any image containerd lost.
-func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Writer, boot, parallel int, ready func()) error {
+func (c *Catalog) Import(ctx context.Context, root string, ctr command.Runner, log io.Writer, boot, parallel int, ready func()) error {
 	boot = min(boot, len(c.Images))
 	if ready != nil && allStamped(root, c.Images[:boot]) {
 		ready()
@@ -67,7 +63,7 @@ func (c *Catalog) Import(ctx context.Context, root string, ctr Runner, log io.Wr
 
 // importEach imports the images not both stamped and held, up to
 // parallel at once, and returns the first failure once all have ended.
-func importEach(ctx context.Context, root string, ctr Runner, log io.Writer, images []Image, have map[string]string, parallel int) error {
+func importEach(ctx context.Context, root string, ctr command.Runner, log io.Writer, images []Image, have map[string]string, parallel int) error {
 	slots := make(chan struct{}, max(parallel, 1))
 	errs := make([]error, len(images))
 	var wg sync.WaitGroup
@@ -92,7 +88,7 @@ func importEach(ctx context.Context, root string, ctr Runner, log io.Writer, ima
 	return errors.Join(errs...)
 }
 
-func importOne(ctx context.Context, root string, ctr Runner, log io.Writer, im Image) error {
+func importOne(ctx context.Context, root string, ctr command.Runner, log io.Writer, im Image) error {
 	start := time.Now()
 	if _, err := ctr.Run(ctx, "ctr", "-n", Namespace, "images", "import", filepath.Join(root, im.Archive)); err != nil {
 		return fmt.Errorf("importing %s from %s: %w", im.Ref, im.Archive, err)

@@ -1,3 +1,7 @@
+// Package clustercheck holds what tells whether a kiln cluster works (an
+// apiserver ready, a Node Ready from this boot, every kube-system pod
+// running, a name resolved through cluster DNS from a pod); the node
+// roles, the QEMU tests and the bench wait for them through retry.Wait.
 package clustercheck
 
 import (
@@ -8,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 
 	corev1 "k8s.io/api/core/v1"
@@ -199,10 +204,10 @@ func CheckPod(name, image, node string, args ...string) *corev1.Pod {
 // RunPod creates pod (replacing one of the same name), waits within
 // bound for it to end, and returns it as it ended and its logs (each of
 // the three steps within bound); the pod is deleted afterwards.
-func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log Logf) (*corev1.Pod, string, error) {
+func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bound time.Duration, log retry.Logf) (*corev1.Pod, string, error) {
 	pods := kube.CoreV1().Pods(pod.Namespace)
 	_ = pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	err := Wait(ctx, "creating pod "+pod.Name, bound, nil, func(ctx context.Context) error {
+	err := retry.Wait(ctx, "creating pod "+pod.Name, bound, nil, func(ctx context.Context) error {
 		// A create the apiserver took but answered too late for the
 		// client is found on the retry.
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -215,10 +220,10 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 	}
 	defer pods.Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{})
 	ended := pod
-	err = Wait(ctx, "pod "+pod.Name+" finished", bound, log, func(ctx context.Context) error {
+	err = retry.Wait(ctx, "pod "+pod.Name+" finished", bound, log, func(ctx context.Context) error {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return Final(err)
+			return retry.Final(err)
 		}
 		if err != nil {
 			return err
@@ -237,7 +242,7 @@ func RunPod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, bou
 	// caller's bound (a fixed two minutes failed a genesis role whose
 	// apiserver, loaded by a master's join, timed out for longer).
 	var logs []byte
-	err = Wait(ctx, "reading pod "+pod.Name+"'s logs", bound, log, func(ctx context.Context) (err error) {
+	err = retry.Wait(ctx, "reading pod "+pod.Name+"'s logs", bound, log, func(ctx context.Context) (err error) {
 		logs, err = pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		return err
 	})

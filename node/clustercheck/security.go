@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // AnonymousLimited is nil when a request with no credentials is refused
 // on /api (401 or 403) and answered 200 on /readyz: anonymous access
 // reaches the health endpoints only. client must present no client
 // certificate and no token; base is the apiserver's https://host:port.
-// A wrong answer is final (see Wait); a 5xx or a failed request is an
+// A wrong answer is final (see retry.Wait); a 5xx or a failed request is an
 // apiserver that may yet be ready, and is not.
 func AnonymousLimited(ctx context.Context, client *http.Client, base string) error {
 	for _, want := range []struct {
@@ -28,11 +30,11 @@ func AnonymousLimited(ctx context.Context, client *http.Client, base string) err
 			return fmt.Errorf("anonymous GET %s: %w", want.path, err)
 		}
 		if !want.ok(code) {
-			err := fmt.Errorf("anonymous GET %s: %d, want %s: %s", want.path, code, want.says, OneLine(fmt.Errorf("%s", body)))
+			err := fmt.Errorf("anonymous GET %s: %d, want %s: %s", want.path, code, want.says, retry.OneLine(fmt.Errorf("%s", body)))
 			if code >= 500 {
 				return err // an apiserver not ready yet, or too busy: worth asking again
 			}
-			return Final(err)
+			return retry.Final(err)
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 func TestAnonymousLimited(t *testing.T) {
@@ -35,7 +37,7 @@ func TestAnonymousLimited(t *testing.T) {
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("err = %v, want %q", err, tc.wantErr)
 			}
-			if got := errors.Is(err, ErrFinal); got != tc.final {
+			if got := errors.Is(err, retry.ErrFinal); got != tc.final {
 				t.Errorf("final = %t, want %t (a violation stops a wait, a busy apiserver does not)", got, tc.final)
 			}
 		})

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // EchoPrefix starts every echo answer.
@@ -56,7 +58,7 @@ func (a Answer) check(addrs []string) error {
 // caller that expects a set waits here, in one process, for it.
 func Resolve(ctx context.Context, name string, want Answer, bound time.Duration, progress io.Writer) ([]string, error) {
 	var addrs []string
-	err := retry(ctx, bound, progress, "resolving "+name, func(ctx context.Context) (err error) {
+	err := retryBound(ctx, bound, progress, "resolving "+name, func(ctx context.Context) (err error) {
 		if addrs, err = net.DefaultResolver.LookupHost(ctx, name); err != nil {
 			return err
 		}
@@ -68,7 +70,7 @@ func Resolve(ctx context.Context, name string, want Answer, bound time.Duration,
 // Get fetches url, retrying until bound passes, and returns the body.
 func Get(ctx context.Context, url string, bound time.Duration, progress io.Writer) (string, error) {
 	var body string
-	err := retry(ctx, bound, progress, "GET "+url, func(ctx context.Context) error {
+	err := retryBound(ctx, bound, progress, "GET "+url, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -91,27 +93,19 @@ func Get(ctx context.Context, url string, bound time.Duration, progress io.Write
 	return body, err
 }
 
-// retry calls try (each call bounded to 5 s) every 2 s until it
-// succeeds or bound passes; the error names what was tried.
-func retry(ctx context.Context, bound time.Duration, progress io.Writer, what string, try func(context.Context) error) error {
-	deadline := time.Now().Add(bound)
-	for {
+// retryBound calls try (each call bounded to 5 s) every retry.Interval
+// until it succeeds or bound passes, and reports each failed try to
+// progress; the error names what was tried.
+func retryBound(ctx context.Context, bound time.Duration, progress io.Writer, what string, try func(context.Context) error) error {
+	return retry.Wait(ctx, what, bound, nil, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		err := try(cctx)
-		cancel()
-		if err == nil {
-			return nil
+		if err != nil {
+			fmt.Fprintf(progress, "%s: %v (retrying)\n", what, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		fmt.Fprintf(progress, "%s: %v (retrying)\n", what, err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(2 * time.Second):
-		}
-	}
+		return err
+	})
 }
 
 // EchoHandler answers every request with one line: EchoPrefix, this

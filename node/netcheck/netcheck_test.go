@@ -42,7 +42,7 @@ func TestGetGivesUpAfterItsBound(t *testing.T) {
 	defer srv.Close()
 	start := time.Now()
 	_, err := Get(context.Background(), srv.URL, 3*time.Second, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "GET "+srv.URL+": status 404") || time.Since(start) > 8*time.Second {
+	if err == nil || !strings.Contains(err.Error(), "GET "+srv.URL+": gave up after 3s: status 404") || time.Since(start) > 8*time.Second {
 		t.Fatalf("got %v after %s", err, time.Since(start))
 	}
 }
@@ -81,7 +81,7 @@ func TestResolveWaitsForTheAnswerWanted(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), "resolving localhost: answered") || !strings.Contains(err.Error(), tc.wantErr) {
+			if err == nil || !strings.Contains(err.Error(), "resolving localhost: gave up after 3s: answered") || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("got %v, want %q", err, tc.wantErr)
 			}
 			if time.Since(start) < 3*time.Second || !strings.Contains(progress.String(), "(retrying)") {

@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-project/kiln/gen/nodeconfig"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
@@ -76,18 +77,21 @@ func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, w
 		ms = others
 	}
 	aside := readyzAside(s)
-	if wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
-	}
-	for round := 1; ; round++ {
+	if wait <= 0 {
 		kube, err := firstReady(ctx, s, kc, ms, aside, log)
-		if err == nil {
-			return kube, nil
-		}
-		if wait <= 0 {
+		if err != nil {
 			return nil, fmt.Errorf("no apiserver of the site %s is ready: %w", s.File, err)
+		}
+		return kube, nil
+	}
+	var kube kubernetes.Interface
+	var last error
+	round := 0
+	_ = retry.WaitEvery(ctx, "a ready apiserver", wait, retryConnect, nil, func(ctx context.Context) error {
+		round++
+		kube, last = firstReady(ctx, s, kc, ms, aside, log)
+		if last == nil {
+			return nil
 		}
 		if round == 1 {
 			if removingMaster {
@@ -96,16 +100,16 @@ func ConnectAPI(ctx context.Context, s *site.Site, st pki.Store, avoid string, w
 				log("apiserver: waiting up to %s for a ready apiserver", wait)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			if removingMaster {
-				return nil, fmt.Errorf("no other master's apiserver than %s's is ready (within %s): removing master %s needs one, as its own stops with its etcd member: %w",
-					avoid, wait, avoid, err)
-			}
-			return nil, fmt.Errorf("no apiserver of the site %s is ready (within %s): %w", s.File, wait, err)
-		case <-time.After(retryConnect):
-		}
+		return last
+	})
+	switch {
+	case last == nil:
+		return kube, nil
+	case removingMaster:
+		return nil, fmt.Errorf("no other master's apiserver than %s's is ready (within %s): removing master %s needs one, as its own stops with its etcd member: %w",
+			avoid, wait, avoid, last)
 	}
+	return nil, fmt.Errorf("no apiserver of the site %s is ready (within %s): %w", s.File, wait, last)
 }
 
 // ConnectWait is how long the commands that change the cluster wait for
@@ -159,7 +163,7 @@ func connectMaster(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, m
 	err = clustercheck.APIServerReady(pctx, kube, aside...)
 	cancel()
 	if err != nil {
-		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, clustercheck.OneLine(err))
+		log("apiserver: master %s (%s) is not ready within %s: %s", m.Name, url, probeBound, retry.OneLine(err))
 		return nil, fmt.Errorf("master %s (%s): %w", m.Name, url, err)
 	}
 	log("apiserver: using master %s (%s)", m.Name, url)

@@ -3,6 +3,7 @@ package nodeops
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // DefaultLeaveTimeout bounds the wait for a running node to stop.
@@ -63,33 +65,43 @@ func (r *Remover) waitLeft(ctx context.Context, n *node, log Logf) error {
 	if bound == 0 {
 		bound = DefaultLeaveTimeout
 	}
-	deadline := r.now().Add(bound)
-	for {
+	var gone bool
+	var readErr error
+	err := retry.WaitEvery(ctx, "Node "+n.name+" to say it stopped", bound, r.pollInterval(), nil, func(ctx context.Context) error {
 		obj, err := r.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			log("Node %s is gone", n.name)
-			n.obj = nil
+			gone = true
 			return nil
 		case err != nil:
-			return fmt.Errorf("reading Node %s: %w", n.name, err)
+			readErr = fmt.Errorf("reading Node %s: %w", n.name, err)
+			return retry.Final(readErr)
 		}
 		if at, ok := obj.Annotations[nodefile.LeftAnnotation]; ok {
 			log("%s stopped its kubelet and pods at %s", n.name, at)
 			return nil
 		}
-		if !r.now().Before(deadline) {
-			log("%s did not say it stopped within %s (an image without kiln-leave, or its apiserver unreachable): "+
-				"power it off or re-image it, or its kubelet registers the Node again", n.name, bound)
-			return nil
+		return errNotLeft
+	})
+	switch {
+	case err == nil:
+		if gone {
+			n.obj = nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.pollInterval()):
-		}
+		return nil
+	case readErr != nil:
+		return readErr
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
+	log("%s did not say it stopped within %s (an image without kiln-leave, or its apiserver unreachable): "+
+		"power it off or re-image it, or its kubelet registers the Node again", n.name, bound)
+	return nil
 }
+
+// errNotLeft is why waitLeft reads the Node again.
+var errNotLeft = errors.New("no " + nodefile.LeftAnnotation + " yet")
 
 func (r *Remover) now() time.Time {
 	if r.Now != nil {

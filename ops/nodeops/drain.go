@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // podKind is what the drain does with a pod, as kubectl drain decides.
@@ -138,7 +138,7 @@ func (r *Remover) drain(ctx context.Context, n *node, log Logf) error {
 	timeout := cmp.Or(r.Timeout, DefaultTimeout)
 	evicted := map[types.UID]bool{}
 	last := first
-	err = clustercheck.Wait(ctx, fmt.Sprintf("the pods on %s evicted and gone", n.name), timeout, log, func(ctx context.Context) error {
+	err = retry.Wait(ctx, fmt.Sprintf("the pods on %s evicted and gone", n.name), timeout, log, func(ctx context.Context) error {
 		d, err := r.look(ctx, n.name)
 		if err != nil {
 			return err
@@ -171,9 +171,9 @@ func (r *Remover) evictAll(ctx context.Context, pods []corev1.Pod, evicted map[t
 		switch {
 		case apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
-			held[podName(p)] = "a disruption budget holds it: " + clustercheck.OneLine(err)
+			held[podName(p)] = "a disruption budget holds it: " + retry.OneLine(err)
 		case err != nil:
-			held[podName(p)] = clustercheck.OneLine(err)
+			held[podName(p)] = retry.OneLine(err)
 		case !evicted[p.UID]:
 			evicted[p.UID] = true
 			log("evicted %s", podName(p))

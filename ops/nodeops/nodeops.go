@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -32,7 +32,7 @@ type Etcd interface {
 }
 
 // Logf prints a progress line; the commands print every step's doing.
-type Logf = clustercheck.Logf
+type Logf = retry.Logf
 
 // node is one node as the site, the cluster's Node and etcd know it.
 type node struct {

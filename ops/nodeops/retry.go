@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -32,29 +32,29 @@ func (r *Remover) runStep(ctx context.Context, run func(context.Context, *node, 
 }
 
 // retry runs f, and again while it fails on something transient, within
-// the retry bound, saying so every clustercheck.Report.
+// the retry bound, saying so every retry.Report.
 func (r *Remover) retry(ctx context.Context, log Logf, f func() error) error {
 	bound := r.RetryBound
 	if bound == 0 {
 		bound = DefaultRetryBound
 	}
-	deadline := r.now().Add(bound)
+	var last error
 	var said time.Time
-	for {
-		err := f()
-		if err == nil || ctx.Err() != nil || !transient(err) || !r.now().Before(deadline) {
-			return err
+	_ = retry.WaitEvery(ctx, "a removal step", bound, r.pollInterval(), nil, func(context.Context) error {
+		last = f()
+		switch {
+		case last == nil:
+			return nil
+		case ctx.Err() != nil || !transient(last):
+			return retry.Final(last)
 		}
-		if now := r.now(); now.Sub(said) >= clustercheck.Report {
+		if now := r.now(); now.Sub(said) >= retry.Report {
 			said = now
-			log("%s: trying again for up to %s (a slow etcd member, etcd electing a leader, or an apiserver restarting, passes)", clustercheck.OneLine(err), bound)
+			log("%s: trying again for up to %s (a slow etcd member, etcd electing a leader, or an apiserver restarting, passes)", retry.OneLine(last), bound)
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(r.pollInterval()):
-		}
-	}
+		return last
+	})
+	return last // f's own error (the wait's only restates it): the caller names the step
 }
 
 // transient reports whether err is one that passes by itself: the

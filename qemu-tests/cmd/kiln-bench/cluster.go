@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
@@ -287,7 +288,7 @@ func (c *clusterRun) keepCutLogs(ctx context.Context) {
 func (c *clusterRun) waitSettled(ctx context.Context) error {
 	what := fmt.Sprintf("at least %d kube-system pods running", cluster.ThreeNodes().KubeSystemPods())
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
-	if err := clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
+	if err := retry.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
 		return clustercheck.KubeSystemRunning(ctx, c.kube, cluster.ThreeNodes().KubeSystemPods(), time.Time{})
 	}); err != nil {
 		return err
@@ -299,7 +300,7 @@ func (c *clusterRun) waitSettled(ctx context.Context) error {
 func (c *clusterRun) waitVoters(ctx context.Context) error {
 	what := "etcd: two voting members, no learner"
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
-	return clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
+	return retry.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
 		m1, _, _ := strings.Cut(cluster.M1Addr, "/")
 		members, err := cluster.EtcdMembers(ctx, c.cfgs["m1"], "https://"+m1+":2379", c.seg.DialContext)
 		if err != nil {
@@ -380,7 +381,7 @@ func allReady(ctx context.Context, masters []masterClient, since time.Time) erro
 	done := make(chan error, len(masters))
 	for _, m := range masters {
 		go func() {
-			done <- clustercheck.Wait(ctx, what+" through "+m.context, clusterBoot, clusterLog, func(ctx context.Context) error {
+			done <- retry.Wait(ctx, what+" through "+m.context, clusterBoot, clusterLog, func(ctx context.Context) error {
 				return threeReady(ctx, m.kube, since, func(n *corev1.Node) { seen.note(m.context, n) })
 			})
 		}()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/console"
@@ -429,7 +430,7 @@ func pendingChecks(err error) string {
 		names = append(names, m[1])
 	}
 	if len(names) == 0 {
-		return clustercheck.OneLine(err)
+		return retry.OneLine(err)
 	}
 	return strings.Join(names, " ")
 }

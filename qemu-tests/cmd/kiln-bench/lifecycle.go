@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 )
@@ -97,7 +98,7 @@ func (c *clusterRun) reimage(ctx context.Context, n *clusterNode) (time.Duration
 	}
 	what := "Node " + n.Name + " Ready with a heartbeat since " + since.Format(time.TimeOnly)
 	clusterLog("waiting up to %s for %s", clusterSettle, what)
-	if err := clustercheck.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
+	if err := retry.Wait(ctx, what, clusterSettle, clusterLog, func(ctx context.Context) error {
 		return clustercheck.NodeReady(ctx, c.kube, n.Name, since)
 	}); err != nil {
 		return 0, err

@@ -1,9 +1,9 @@
-// Package clustercheck holds what tells whether a kiln cluster works (an
-// apiserver ready, a Node Ready from this boot, every kube-system pod
-// running, a name resolved through cluster DNS from a pod) and the one
-// bounded wait that the node roles, the QEMU tests and the bench use to
-// wait for any of them.
-package clustercheck
+// Package retry owns kiln's waiting: the one bounded wait (Wait) that
+// tries a check again until it passes, fails for good (Final) or its bound
+// passes, and says every Report what it still waits for. The node roles,
+// the cluster checks, the image bake, the operator's tools, the QEMU tests
+// and the bench wait through it rather than through loops of their own.
+package retry
 
 import (
 	"context"
@@ -38,13 +38,20 @@ var ErrFinal = errors.New("final")
 func Final(err error) error { return fmt.Errorf("%w: %w", ErrFinal, err) }
 
 // Wait calls check until it returns nil, returns an error wrapping
-// ErrFinal, ctx ends or bound passes. Every Report it logs what it waits
-// for with the last error (log may be nil: a quiet wait). The error it
-// returns names what it waited for and wraps the last check error.
+// ErrFinal, ctx ends or bound passes, trying every Interval. Every Report
+// it logs what it waits for with the last error (log may be nil: a quiet
+// wait). The error it returns names what it waited for and wraps the last
+// check error.
 func Wait(ctx context.Context, what string, bound time.Duration, log Logf, check func(context.Context) error) error {
+	return WaitEvery(ctx, what, bound, Interval, log, check)
+}
+
+// WaitEvery is Wait trying every interval instead: for waits on the
+// machine itself (a socket, a device) that pass within moments.
+func WaitEvery(ctx context.Context, what string, bound, interval time.Duration, log Logf, check func(context.Context) error) error {
 	start, lastReport := time.Now(), time.Now()
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, Interval, bound, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, interval, bound, true, func(ctx context.Context) (bool, error) {
 		last = check(ctx)
 		if last == nil {
 			return true, nil
@@ -84,4 +91,28 @@ func OneLine(err error) string {
 		return "not yet"
 	}
 	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// Times calls try up to n times (attempt counts from 1), pausing between
+// two calls, until it returns nil or ctx ends: for an action that is
+// tried a fixed number of times rather than until a deadline. It returns
+// nil once try does, else every attempt's error joined (try's errors
+// should say which attempt they were), ctx's last when it ended.
+func Times(ctx context.Context, n int, pause time.Duration, try func(ctx context.Context, attempt int) error) error {
+	var errs []error
+	for attempt := 1; attempt <= n; attempt++ {
+		err := try(ctx, attempt)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if attempt < n {
+			select {
+			case <-ctx.Done():
+				return errors.Join(append(errs, ctx.Err())...)
+			case <-time.After(pause):
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
