@@ -32,6 +32,8 @@ func main() {
 	flag.IntVar(&opts.restores, "genesis-restores", 3, "power cuts in a row in the genesis part; it reports the median")
 	flag.StringVar(&opts.genesisTiming, "genesis-timing", site.TimingDefault, "the genesis part's timing profile (cluster.timing): "+strings.Join(site.Timings, " or ")+
 		"; on a host whose plain boot takes a minute the default lets the controller-manager lose its lease again and again")
+	flag.StringVar(&opts.readme, "readme", "README.md", "the README whose figures table is written from the results files beside -results")
+	flag.BoolVar(&opts.summaryOnly, "summary-only", false, "only write the README's figures table from the results files there are")
 	flag.Parse()
 	if !slices.Contains(site.Timings, opts.genesisTiming) {
 		fmt.Fprintf(os.Stderr, "kiln-bench: -genesis-timing %q: must be %s\n", opts.genesisTiming, strings.Join(site.Timings, " or "))
@@ -56,12 +58,15 @@ func main() {
 
 type options struct {
 	kiln, out, cache, results, only string
-	genesisTiming                   string
-	skipCold                        bool
+	genesisTiming, readme           string
+	skipCold, summaryOnly           bool
 	restores                        int
 }
 
 func run(ctx context.Context, o options) error {
+	if o.summaryOnly {
+		return writeSummary(o.readme, filepath.Dir(o.results))
+	}
 	work, err := os.MkdirTemp("", "kiln-bench-")
 	if err != nil {
 		return err
@@ -86,6 +91,10 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Println("results in", o.results)
+	if err := writeSummary(o.readme, filepath.Dir(o.results)); err != nil {
+		return fmt.Errorf("the README's figures: %w", err)
+	}
+	fmt.Println("figures table in", o.readme)
 	return nil
 }
 
