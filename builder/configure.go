@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -50,8 +51,24 @@ func nodeFiles() []file {
 		{path: sshHostKeysDropIn, mode: 0o644, data: sshHostKeysConf},
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
+		{path: rootfsCheckDir + "/module-setup.sh", mode: 0o755, data: rootfsCheckSetup},
+		{path: rootfsCheckDir + "/kiln-rootfs-verify.sh", mode: 0o755, data: rootfsCheckHook},
 	}
 }
+
+// The dracut module kiln-rootfs checks the live root image against
+// kiln.rootfs.hash= on the kernel command line before the switch to it
+// (kiln serve passes the digest of the image it serves): a root image
+// swapped on the network never runs. Without the argument it does
+// nothing.
+const rootfsCheckDir = "/usr/lib/dracut/modules.d/90kiln-rootfs"
+
+var (
+	//go:embed dracut/90kiln-rootfs/module-setup.sh
+	rootfsCheckSetup string
+	//go:embed dracut/90kiln-rootfs/kiln-rootfs-verify.sh
+	rootfsCheckHook string
+)
 
 // nodeFilesDigest identifies nodeFiles' content: part of the initramfs
 // cache's recipe, since dracut may read these files without copying them.
@@ -82,7 +99,7 @@ const (
 const dracutConf = `# kiln: one initramfs for every boot path (CD, disk partition, PXE)
 hostonly="no"
 reproducible="yes"
-add_dracutmodules+=" dmsquash-live livenet network-legacy url-lib "
+add_dracutmodules+=" dmsquash-live livenet network-legacy url-lib kiln-rootfs "
 omit_dracutmodules+=" plymouth btrfs mdraid lvm multipath iscsi nfs crypt dmraid resume "
 omit_drivers+=" xfs btrfs ocfs2.* cifs smb.* f2fs ceph gfs2 kafs ubifs dlm nilfs2 reiserfs jfs jffs2 cachefiles "
 add_drivers+=" squashfs overlay loop isofs sr_mod cdrom virtio_blk virtio_scsi virtio_net virtio_pci virtio_console ahci ata_piix e1000 e1000e qemu_fw_cfg ext4 vfat nls_cp437 nls_iso8859_1 "

@@ -1,6 +1,8 @@
 package qemutests
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -113,24 +115,37 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 func TestPXEFetchesConfigFromURL(t *testing.T) {
 	t.Parallel() // each subtest is a one-vCPU boot (parallelBoot)
 	out := outDir(t)
+	rootfsHash := "sha256-" + artifactSHA256(t, out, "pxe/rootfs.squashfs")
 	for _, tc := range []struct {
 		name   string
 		fw     vm.Firmware
 		pinned bool
 		spec   string // the config's Ignition spec version
+		// rootfs: how the root image is checked (kiln.rootfs.hash=):
+		// "" not at all, "pinned" its digest given, "tampered" its
+		// digest given and a changed copy served.
+		rootfs string
 	}{
-		{"bios", vm.BIOS, true, "3.3.0"},
-		{"uefi", vm.UEFI, true, "3.5.0"},
-		{"bios-unpinned", vm.BIOS, false, "3.4.0"},
+		{"bios", vm.BIOS, true, "3.3.0", "pinned"},
+		{"uefi", vm.UEFI, true, "3.5.0", ""},
+		{"bios-unpinned", vm.BIOS, false, "3.4.0", ""},
+		{"bios-tampered-rootfs", vm.BIOS, true, "3.3.0", "tampered"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parallelBoot(t)
 			dir := logDir(t, out)
 			ign := conformanceConfig(t, tc.spec, "")
-			pxe, err := vm.ServePXE(filepath.Join(out, "pxe"), dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
+			pxeDir := filepath.Join(out, "pxe")
+			if tc.rootfs == "tampered" {
+				pxeDir = tamperedPXE(t, pxeDir)
+			}
+			pxe, err := vm.ServePXE(pxeDir, dir, map[string][]byte{"config.ign": ign}, func(p *vm.PXEServer) string {
 				args := "ignition.config.url=" + p.GuestURL("config.ign")
 				if tc.pinned {
 					args += " " + source.HashArg + "=" + ignition.Hash(ign)
+				}
+				if tc.rootfs != "" {
+					args += " kiln.rootfs.hash=" + rootfsHash
 				}
 				return args
 			})
@@ -140,15 +155,78 @@ func TestPXEFetchesConfigFromURL(t *testing.T) {
 			t.Cleanup(pxe.Close)
 			v := startVM(t, vm.Config{CPUs: 1, Name: "pxe-" + tc.name, Dir: dir, Firmware: tc.fw, Boot: vm.BootPXE,
 				TFTPDir: pxe.TFTPDir, BootFile: pxe.BootFile, MemoryMiB: 2048})
-			if !tc.pinned {
+			switch {
+			case !tc.pinned:
 				expectNothingApplied(t, v, "refusing the config from "+pxe.GuestURL("config.ign")+": nothing verifies it")
 				return
+			case tc.rootfs == "tampered":
+				expectRootfsRefused(t, v, rootfsHash)
+				return
+			case tc.rootfs == "pinned":
+				t.Logf("rootfs check: %s", waitLine(t, v, `kiln: root image .* matches kiln.rootfs.hash \(`+regexp.QuoteMeta(rootfsHash)+`\)`))
 			}
 			waitLine(t, v, doneLine+"url")
 			t.Logf("power-on to done: %s", v.Uptime().Round(time.Second))
 			expectFields(t, waitLine(t, v, probeLine), map[string]string{"hello": "world", "user": "ops", "state": "ram"})
 			expectConformance(t, v)
 		})
+	}
+}
+
+// artifactSHA256 is an artifact's sha256 as the build's manifest lists it.
+func artifactSHA256(t *testing.T, out, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(out, "node.manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Artifacts []struct{ Path, SHA256 string }
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Artifacts {
+		if a.Path == path {
+			return a.SHA256
+		}
+	}
+	t.Fatalf("node.manifest.json lists no %s", path)
+	return ""
+}
+
+// tamperedPXE is a copy of the PXE directory whose root image has one
+// byte changed in its tail padding: it still mounts, but its digest is
+// not the build's.
+func tamperedPXE(t *testing.T, pxeDir string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"vmlinuz", "initrd.img", "boot.ipxe"} {
+		if err := os.Link(filepath.Join(pxeDir, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(pxeDir, "rootfs.squashfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 0xff
+	if err := os.WriteFile(filepath.Join(dir, "rootfs.squashfs"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// expectRootfsRefused waits for the initramfs to refuse the root image
+// by its digest, naming the digest it wanted, and checks that the agent
+// in that image never ran.
+func expectRootfsRefused(t *testing.T, v *vm.VM, want string) {
+	t.Helper()
+	line := waitLine(t, v, `kiln: root image .* has digest sha256-[0-9a-f]{64}, not `+regexp.QuoteMeta(want)+` \(kiln.rootfs.hash\): not booting it`)
+	t.Logf("refused: %s", line)
+	time.Sleep(20 * time.Second)
+	if l, ok := v.Find(regexp.MustCompile(`kiln-firstboot`)); ok {
+		t.Errorf("the agent of a refused root image ran: %q", l)
 	}
 }
 
