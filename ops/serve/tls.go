@@ -27,9 +27,10 @@ var ServingCA = pki.KubernetesCA
 const servingCN = "kiln-serve"
 
 // ArmGroups are the client certificate organisations allowed to arm a
-// node: the operator's admin and break-glass credentials, not a node's
-// kubelet certificate from the same CA.
-var ArmGroups = []string{nodefile.ClusterAdminsGroup, "system:masters"}
+// node: the operator's admin credential (admin.crt), not a node's
+// kubelet certificate from the same CA, nor a master's agent certificate
+// (system:masters), so a master cannot arm another.
+var ArmGroups = []string{nodefile.ClusterAdminsGroup}
 
 // serving is the HTTPS listener's certificate and the CA it chains to.
 type serving struct {
