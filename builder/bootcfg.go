@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/contract/netboot"
 )
 
 // Labels the boot chain finds the root by; docs/architecture.md names them.
@@ -18,10 +19,9 @@ const (
 	bootConfig    = "/kiln/boot.cfg"
 )
 
-// baseCmdline is common to every boot path: the serial console last so
-// /dev/console (and the agent's status line) is the serial port, and the
-// root overlaid by tmpfs.
-var baseCmdline = []string{"rd.live.overlay.overlayfs=1", "console=tty0", "console=ttyS0,115200"}
+// baseCmdline is common to every boot path (contract/netboot owns it:
+// kiln serve boots nodes with it too).
+var baseCmdline = netboot.BaseCmdline
 
 func cmdline(root string, extra []string) string {
 	args := append([]string{"root=" + root}, baseCmdline...)
@@ -72,8 +72,8 @@ LABEL kiln
 // from the same place. kiln-args carries extra kernel arguments such as
 // ignition.config.url=.
 func ipxeScript(extra []string) string {
-	args := append([]string{"initrd=initrd.img", "root=live:${base-url}/rootfs.squashfs", "ip=dhcp", "rd.neednet=1"}, baseCmdline...)
-	args = append(args, extra...)
+	// contract/netboot.SpecArgs reads extra back for kiln serve.
+	args := append(netboot.PXECmdline("${base-url}"), extra...)
 	return fmt.Sprintf(`#!ipxe
 # kiln PXE boot. Set base-url (http://, https:// or tftp://) before chaining
 # this script to fetch from elsewhere than the TFTP server; put extra kernel

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/internal/outdir"
@@ -30,6 +31,16 @@ func TestBootConfigsGolden(t *testing.T) {
 	checkGolden(t, "grub-raw.cfg", grubBootCfg(RawCmdline(extra)))
 	checkGolden(t, "grub-embedded.cfg", grubEmbedded)
 	checkGolden(t, "boot.ipxe", ipxeScript(extra))
+}
+
+// kiln serve reads the spec's extra arguments back from boot.ipxe.
+func TestSpecArgsReadBackFromBootIPXE(t *testing.T) {
+	for _, extra := range [][]string{nil, {"quiet"}, {"quiet", "kiln.profile=slow"}} {
+		got, ok := netboot.SpecArgs(ipxeScript(extra))
+		if !ok || strings.Join(got, " ") != strings.Join(extra, " ") {
+			t.Errorf("SpecArgs(ipxeScript(%q)) = %q, %v", extra, got, ok)
+		}
+	}
 }
 
 func TestSerialConsoleIsLastSoTheAgentLineReachesIt(t *testing.T) {

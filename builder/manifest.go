@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/kiln-project/kiln/builder/imageseed"
+	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/node/catalog"
 )
 
@@ -89,12 +90,9 @@ type Package struct {
 	Version string `json:"version"`
 }
 
-// FileDigest identifies one file by path, sha256 and size.
-type FileDigest struct {
-	Path   string `json:"path"`
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
-}
+// FileDigest identifies one file by path, sha256 and size (the type
+// kiln serve checks the artifacts with, from contract/netboot).
+type FileDigest = netboot.FileDigest
 
 // runtimeBinaries are the Debian-packaged binaries a node depends on;
 // the manifest pins them by digest beside kiln's own.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/mountinfo"
@@ -20,8 +21,8 @@ import (
 const (
 	ISOName      = "node.iso"
 	RawName      = "node.raw"
-	PXEDir       = "pxe"
-	ManifestName = "node.manifest.json"
+	PXEDir       = netboot.PXEDir
+	ManifestName = netboot.ManifestName
 )
 
 func artifactNames(s *images.Spec) []string {

@@ -84,5 +84,6 @@ func subcommands() []*cobra.Command {
 		newAnchorCmd(),
 		newCheckCmd(),
 		newNodeCmd(),
+		newServeCmd(),
 	}
 }

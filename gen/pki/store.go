@@ -274,9 +274,21 @@ func (st Store) createServiceAccountKey() error {
 
 // issue makes a new key and certificate for l under its CA.
 func (st Store) issue(l Leaf, validity time.Duration) error {
+	p, err := st.Sign(l, validity)
+	if err != nil {
+		return err
+	}
+	return st.write(l.Stem, p)
+}
+
+// Sign makes a new key and certificate for l under its CA, valid for
+// validity from now (less five minutes of clock skew), and returns them
+// without writing anything: kiln serve's serving certificate lives only
+// as long as the server.
+func (st Store) Sign(l Leaf, validity time.Duration) (Pair, error) {
 	ca, err := st.signer(l.CA)
 	if err != nil {
-		return fmt.Errorf("issuing %s: %w", st.path(l.Stem, ".crt"), err)
+		return Pair{}, fmt.Errorf("issuing %s: %w", st.path(l.Stem, ".crt"), err)
 	}
 	req := &csr.CertificateRequest{CN: l.CN, KeyRequest: &csr.KeyRequest{A: "ecdsa", S: 256}}
 	for _, o := range l.Orgs {
@@ -284,12 +296,12 @@ func (st Store) issue(l Leaf, validity time.Duration) error {
 	}
 	csrPEM, key, err := csr.ParseRequest(req)
 	if err != nil {
-		return fmt.Errorf("issuing %s: key and request: %w", l.Stem, err)
+		return Pair{}, fmt.Errorf("issuing %s: key and request: %w", l.Stem, err)
 	}
 	policy := &cfconfig.Signing{Default: &cfconfig.SigningProfile{Usage: l.usages(), Expiry: validity, ExpiryString: validity.String()}}
 	sg, err := local.NewSigner(ca.key, ca.cert, signer.DefaultSigAlgo(ca.key), policy)
 	if err != nil {
-		return fmt.Errorf("issuing %s: %w", l.Stem, err)
+		return Pair{}, fmt.Errorf("issuing %s: %w", l.Stem, err)
 	}
 	notBefore := st.now().Add(-5 * time.Minute).UTC().Truncate(time.Second)
 	cert, err := sg.Sign(signer.SignRequest{
@@ -297,9 +309,9 @@ func (st Store) issue(l Leaf, validity time.Duration) error {
 		NotBefore: notBefore, NotAfter: notBefore.Add(validity),
 	})
 	if err != nil {
-		return fmt.Errorf("issuing %s: signing: %w", l.Stem, err)
+		return Pair{}, fmt.Errorf("issuing %s: signing: %w", l.Stem, err)
 	}
-	return st.write(l.Stem, Pair{Cert: cert, Key: key})
+	return Pair{Cert: cert, Key: key}, nil
 }
 
 // signer is ca's pair, to sign with.
