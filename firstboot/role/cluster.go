@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/retry"
@@ -39,21 +36,6 @@ type cluster struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	log  func(format string, args ...any)
-}
-
-// client is the agent's client through the discovery name, like every
-// other client; with an address, it talks to that master's apiserver
-// only (its certificate names the address too).
-func (n *Node) client(address string) (*cluster, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.AgentKubeconfig))
-	if err != nil {
-		return nil, fmt.Errorf("the agent's kubeconfig %s: %w", nodefile.AgentKubeconfig, err)
-	}
-	if address != "" {
-		cfg.Host = "https://" + net.JoinHostPort(address, strconv.Itoa(n.file.Cluster.APIServerPort))
-	}
-	cfg.Timeout = 30 * time.Second
-	return newCluster(cfg, n.Log)
 }
 
 func newCluster(cfg *rest.Config, log func(string, ...any)) (*cluster, error) {
@@ -184,37 +166,50 @@ func (c *cluster) validatePod(ctx context.Context, image, domain, node string, d
 	return nil
 }
 
-// The phases a master (genesis included) runs against its own apiserver,
-// which the apiserver phase found ready.
+// asMaster owns the phases a master (genesis included) runs against its
+// own apiserver, which the apiserver phase found ready, as the agent:
+// the add-ons, its labels and taints, its Ready, the validation pod.
+type asMaster struct {
+	env   nodeEnv
+	api   clients
+	local nodeLocal
+	cni   *podNetwork
+	wait  time.Duration
+}
 
-func (n *Node) applyAddOns(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
+// applyAddOns applies the add-ons through this master's apiserver.
+func (m asMaster) applyAddOns(ctx context.Context) error {
+	c, err := m.api.agent(m.env.file.Address)
 	if err != nil {
 		return err
 	}
-	return c.applyAddOns(ctx, n.params(etcdmember.Membership{}))
+	return c.applyAddOns(ctx, m.env.params(etcdmember.Membership{}))
 }
 
-func (n *Node) labelSelf(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
+// labelSelf gives this node's Node the master label, its site labels
+// and its taints.
+func (m asMaster) labelSelf(ctx context.Context) error {
+	c, err := m.api.agent(m.env.file.Address)
 	if err != nil {
 		return err
 	}
 	var taints []corev1.Taint
-	for _, t := range n.file.Taints {
+	for _, t := range m.env.file.Taints {
 		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 	}
-	return c.labelNode(ctx, n.file.Name, n.file.Labels, taints, n.Wait)
+	return c.labelNode(ctx, m.env.file.Name, m.env.file.Labels, taints, m.wait)
 }
 
-func (n *Node) waitSelfReady(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
+// waitSelfReady waits until this node's Node is Ready, seeing meanwhile
+// to its CNI file and node-local address.
+func (m asMaster) waitSelfReady(ctx context.Context) error {
+	c, err := m.api.agent(m.env.file.Address)
 	if err != nil {
 		return err
 	}
-	keep := n.keepNodeLocalAddress()
-	return retry.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		err := n.selfReady(ctx, c.kube)
+	keep := m.local.keep()
+	return retry.Wait(ctx, "node "+m.env.file.Name+" Ready", m.wait, m.env.log, func(ctx context.Context) error {
+		err := m.cni.selfReady(ctx, c.kube)
 		if err != nil {
 			keep(ctx) // the kubelet reaches the apiservers through it
 		}
@@ -222,11 +217,12 @@ func (n *Node) waitSelfReady(ctx context.Context) error {
 	})
 }
 
-func (n *Node) validate(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
+// validate runs the validation pod on this node.
+func (m asMaster) validate(ctx context.Context) error {
+	c, err := m.api.agent(m.env.file.Address)
 	if err != nil {
 		return err
 	}
-	dnsRetry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
-	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.file.Name, dnsRetry, n.Wait)
+	dnsRetry := manifests.TimingFor(m.env.file.Cluster.Timing).DNSCheck
+	return c.validatePod(ctx, m.env.cat.Manifests().Kiln, m.env.file.Cluster.Domain, m.env.file.Name, dnsRetry, m.wait)
 }

@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/nodelabels"
@@ -25,35 +23,41 @@ import (
 // then the node asks for the labels its kubelet may not set, and the
 // first time all that is done the join is stamped.
 func (n *Node) workerPhases() []phase {
+	u := n.units()
 	return []phase{
 		{Name: "start", Run: func(ctx context.Context) error {
-			return n.startNode(ctx, n.params(etcdmember.Membership{}), nil)
+			return u.files.startNode(ctx, u.env.params(etcdmember.Membership{}), nil)
 		}},
-		{Name: "node-ready", Run: n.waitReadyAsKubelet},
-		{Name: "publish-version", Run: n.publishVersion},
-		{Name: "request-labels", Once: true, Run: n.requestLabels},
+		{Name: "node-ready", Run: u.kubelet.waitReadyAsKubelet},
+		{Name: "publish-version", Run: u.kubelet.publishVersion},
+		{Name: "request-labels", Once: true, Run: u.kubelet.requestLabels},
 		{Name: "joined", Once: true, Run: func(context.Context) error { return nil }},
 	}
 }
 
-// kubeletClient talks to the cluster as this node's kubelet.
-func (n *Node) kubeletClient() (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.KubeconfigDir+"/kubelet.conf"))
-	if err != nil {
-		return nil, fmt.Errorf("the kubelet kubeconfig: %w", err)
-	}
-	cfg.Timeout = 30 * time.Second
-	return kubernetes.NewForConfig(cfg)
+// asKubelet owns what this node does through its kubelet's credentials
+// (every node, a worker only so): its wait for its own Ready, the labels
+// it asks a master for, the kiln version on its Node.
+type asKubelet struct {
+	env   nodeEnv
+	api   clients
+	local nodeLocal
+	cni   *podNetwork
+	wait  time.Duration
+	// version is Node.Version: "" publishes nothing.
+	version string
 }
 
-func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
-	kube, err := n.kubeletClient()
+// waitReadyAsKubelet waits until the node's own Node is Ready, asked as
+// its kubelet, seeing meanwhile to its CNI file and node-local address.
+func (k asKubelet) waitReadyAsKubelet(ctx context.Context) error {
+	kube, err := k.api.kubelet()
 	if err != nil {
 		return err
 	}
-	keep := n.keepNodeLocalAddress()
-	return retry.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		err := rejected(n.selfReady(ctx, kube))
+	keep := k.local.keep()
+	return retry.Wait(ctx, "node "+k.env.file.Name+" Ready", k.wait, k.env.log, func(ctx context.Context) error {
+		err := rejected(k.cni.selfReady(ctx, kube))
 		if err != nil {
 			keep(ctx) // this client and the kubelet reach the apiservers through it
 		}
@@ -64,20 +68,20 @@ func (n *Node) waitReadyAsKubelet(ctx context.Context) error {
 // requestLabels annotates the Node with the site's labels NodeRestriction
 // keeps a kubelet from setting (node-role.kubernetes.io/worker, ...); a
 // master's controller-manager anchor applies them.
-func (n *Node) requestLabels(ctx context.Context) error {
-	r := n.restrictedLabels()
+func (k asKubelet) requestLabels(ctx context.Context) error {
+	r := restrictedLabels(k.env.file)
 	if len(r) == 0 {
 		return nil
 	}
-	kube, err := n.kubeletClient()
+	kube, err := k.api.kubelet()
 	if err != nil {
 		return err
 	}
-	err = retry.Wait(ctx, "labels requested on node "+n.file.Name, n.Wait, n.Log, func(ctx context.Context) error {
-		return rejected(nodelabels.Request(ctx, kube, n.file.Name, r))
+	err = retry.Wait(ctx, "labels requested on node "+k.env.file.Name, k.wait, k.env.log, func(ctx context.Context) error {
+		return rejected(nodelabels.Request(ctx, kube, k.env.file.Name, r))
 	})
 	if err == nil {
-		n.Log("labels %v requested; a master applies them (NodeRestriction forbids a kubelet setting them)", r)
+		k.env.log("labels %v requested; a master applies them (NodeRestriction forbids a kubelet setting them)", r)
 	}
 	return err
 }
@@ -104,15 +108,15 @@ const publishVersionBound = 2 * time.Minute
 // runs (nodefile.VersionAnnotation), as its kubelet (NodeRestriction lets
 // a kubelet annotate its own Node), on every boot: a re-imaged machine
 // shows its new image. A failure is said and does not fail the role.
-func (n *Node) publishVersion(ctx context.Context) error {
-	if n.Version == "" {
+func (k asKubelet) publishVersion(ctx context.Context) error {
+	if k.version == "" {
 		return nil
 	}
-	kube, err := n.kubeletClient()
+	kube, err := k.api.kubelet()
 	if err == nil {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: n.Version}}})
-		err = retry.Wait(ctx, "kiln version published on node "+n.file.Name, publishVersionBound, n.Log, func(ctx context.Context) error {
-			_, err := kube.CoreV1().Nodes().Patch(ctx, n.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: k.version}}})
+		err = retry.Wait(ctx, "kiln version published on node "+k.env.file.Name, publishVersionBound, k.env.log, func(ctx context.Context) error {
+			_, err := kube.CoreV1().Nodes().Patch(ctx, k.env.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 			if apierrors.IsForbidden(err) {
 				return retry.Final(err) // no retry changes a refusal
 			}
@@ -120,7 +124,7 @@ func (n *Node) publishVersion(ctx context.Context) error {
 		})
 	}
 	if err != nil {
-		n.Log("the kiln version is not on Node %s (kiln node list shows none): %v", n.file.Name, err)
+		k.env.log("the kiln version is not on Node %s (kiln node list shows none): %v", k.env.file.Name, err)
 	}
 	return nil
 }
