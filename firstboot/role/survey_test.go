@@ -189,9 +189,10 @@ func TestWaitingMasterAnswersSurveysUntilTheClusterAnswers(t *testing.T) {
 	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Minute, EtcdPort: port, probeBound: time.Second, Log: func(string, ...any) {}}
 	n.file, n.cat = mustLoad(t, n)
 	done := make(chan error, 1)
-	go func() { done <- n.units().join.waitForCluster(context.Background()) }()
+	u := n.units() // wired before the wait's goroutine shares them
+	go func() { done <- u.join.waitForCluster(context.Background()) }()
 
-	cfg, err := n.units().env.etcdClientTLS() // g1's client pair is the same site's
+	cfg, err := u.env.etcdClientTLS() // g1's client pair is the same site's
 	if err != nil {
 		t.Fatal(err)
 	}

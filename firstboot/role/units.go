@@ -2,11 +2,11 @@ package role
 
 // units are the parts of one run of the role, each owning one concern
 // and handed only what it needs of the Node: the phase lists (genesis.go,
-// master.go, worker.go) read as those parts' steps. Units that keep
-// state during a run (the ordered start's etcd peers, the join's
-// answering masters and beacon, the pod network's start time) are shared
-// by pointer, so a genesis node sent to the master join carries it over,
-// as every phase of the run sees the same.
+// master.go, worker.go) read as those parts' steps. The units that keep
+// state during a run (the control plane's etcd peers, the join's
+// answering masters and beacon) are shared by pointer, so every phase of
+// the run sees the same, as does the master join a genesis node is sent
+// to when its cluster exists.
 type units struct {
 	env     nodeEnv
 	survey  surveyor
