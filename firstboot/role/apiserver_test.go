@@ -60,7 +60,7 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
 	// The apiserver as its static pod runs it, on the test's ports and paths.
-	params := n.params(etcdmember.Genesis("g1", n.file.Address))
+	params := n.units().env.params(etcdmember.Genesis("g1", n.file.Address))
 	writeAPIServerConfig(t, root, params)
 	args := hostArgs(root, manifests.APIServer(params).Spec.Containers[0].Command[1:], map[string]string{
 		"--etcd-servers": fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
@@ -139,7 +139,7 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	cp := startRealControlPlane(t)
 	n, c, ctx := cp.node, cp.cluster, context.Background()
 	for i := 0; i < 2; i++ {
-		if err := c.applyAddOns(ctx, n.params(etcdmember.Membership{})); err != nil {
+		if err := c.applyAddOns(ctx, n.units().env.params(etcdmember.Membership{})); err != nil {
 			t.Fatalf("apply %d: %v", i+1, err)
 		}
 	}

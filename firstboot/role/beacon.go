@@ -98,36 +98,46 @@ func (b *beacon) Close() {
 	})
 }
 
-// startBeacon starts this master's beacon if it has none and no etcd
+// waitingBeacon owns this master's beacon for one boot: started while
+// the master waits to join with no etcd member of its own, stopped once
+// the wait is over; a failed start is said once per boot.
+type waitingBeacon struct {
+	env    nodeEnv
+	port   int // the etcd client port the beacon takes until etcd does
+	b      *beacon
+	failed bool
+}
+
+// start starts this master's beacon if it has none and no etcd
 // member of its own (no membership record, no etcd data): from the add
 // of its member on, its answer would no longer be true. A failure is
 // logged once; the wait that calls it tries again on its next poll.
-func (n *Node) startBeacon() {
-	if n.beacon != nil || n.hasEtcdData() {
+func (w *waitingBeacon) start() {
+	if w.b != nil || w.env.hasEtcdData() {
 		return
 	}
-	if _, err := etcdmember.Read(n.Root); !errors.Is(err, etcdmember.ErrNone) {
+	if _, err := etcdmember.Read(w.env.root); !errors.Is(err, etcdmember.ErrNone) {
 		return
 	}
-	addr := net.JoinHostPort(n.file.Address, fmt.Sprint(n.etcdPort()))
-	cfg, err := beaconTLS(n.path(nodefile.PKIDir))
+	addr := net.JoinHostPort(w.env.file.Address, fmt.Sprint(w.port))
+	cfg, err := beaconTLS(w.env.path(nodefile.PKIDir))
 	if err == nil {
-		n.beacon, err = listenBeacon(addr, cfg)
+		w.b, err = listenBeacon(addr, cfg)
 	}
 	if err != nil {
-		if !n.beaconFailed {
-			n.Log("the etcd port %s cannot answer a genesis node's survey yet (%v): it sees a refused or timed-out port instead", addr, err)
-			n.beaconFailed = true
+		if !w.failed {
+			w.env.log("the etcd port %s cannot answer a genesis node's survey yet (%v): it sees a refused or timed-out port instead", addr, err)
+			w.failed = true
 		}
 		return
 	}
-	n.Log("answering genesis surveys on %s: a master waiting to join, no etcd member yet", addr)
+	w.env.log("answering genesis surveys on %s: a master waiting to join, no etcd member yet", addr)
 }
 
-// stopBeacon closes the beacon, if one runs.
-func (n *Node) stopBeacon() {
-	if n.beacon != nil {
-		n.beacon.Close()
-		n.beacon = nil
+// stop closes the beacon, if one runs.
+func (w *waitingBeacon) stop() {
+	if w.b != nil {
+		w.b.Close()
+		w.b = nil
 	}
 }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,13 +22,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
-	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // cluster is a master's agent access to the apiservers (system:masters:
@@ -39,21 +35,6 @@ type cluster struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	log  func(format string, args ...any)
-}
-
-// client is the agent's client through the discovery name, like every
-// other client; with an address, it talks to that master's apiserver
-// only (its certificate names the address too).
-func (n *Node) client(address string) (*cluster, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", n.path(nodefile.AgentKubeconfig))
-	if err != nil {
-		return nil, fmt.Errorf("the agent's kubeconfig %s: %w", nodefile.AgentKubeconfig, err)
-	}
-	if address != "" {
-		cfg.Host = "https://" + net.JoinHostPort(address, strconv.Itoa(n.file.Cluster.APIServerPort))
-	}
-	cfg.Timeout = 30 * time.Second
-	return newCluster(cfg, n.Log)
 }
 
 func newCluster(cfg *rest.Config, log func(string, ...any)) (*cluster, error) {
@@ -182,51 +163,4 @@ func (c *cluster) validatePod(ctx context.Context, image, domain, node string, d
 	}
 	c.log("validated: a pod ran on the cluster, resolved %s, and its logs read back: %s", name, clustercheck.LastLine(logs))
 	return nil
-}
-
-// The phases a master (genesis included) runs against its own apiserver,
-// which the apiserver phase found ready.
-
-func (n *Node) applyAddOns(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
-	if err != nil {
-		return err
-	}
-	return c.applyAddOns(ctx, n.params(etcdmember.Membership{}))
-}
-
-func (n *Node) labelSelf(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
-	if err != nil {
-		return err
-	}
-	var taints []corev1.Taint
-	for _, t := range n.file.Taints {
-		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
-	}
-	return c.labelNode(ctx, n.file.Name, n.file.Labels, taints, n.Wait)
-}
-
-func (n *Node) waitSelfReady(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
-	if err != nil {
-		return err
-	}
-	keep := n.keepNodeLocalAddress()
-	return retry.Wait(ctx, "node "+n.file.Name+" Ready", n.Wait, n.Log, func(ctx context.Context) error {
-		err := n.selfReady(ctx, c.kube)
-		if err != nil {
-			keep(ctx) // the kubelet reaches the apiservers through it
-		}
-		return err
-	})
-}
-
-func (n *Node) validate(ctx context.Context) error {
-	c, err := n.client(n.file.Address)
-	if err != nil {
-		return err
-	}
-	dnsRetry := manifests.TimingFor(n.file.Cluster.Timing).DNSCheck
-	return c.validatePod(ctx, n.cat.Manifests().Kiln, n.file.Cluster.Domain, n.file.Name, dnsRetry, n.Wait)
 }

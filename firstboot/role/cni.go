@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,17 +40,31 @@ const PodCIDRRecord = "/var/lib/kiln/pod-cidr"
 // conflistPath is kiln-net's CNI configuration file.
 var conflistPath = filepath.Join(manifests.CNIConfDir, kilnnet.ConfName)
 
+// podNetwork owns this node's pod CIDR as the agent sees it: the record
+// of it on the state partition, kiln-net's CNI configuration written
+// before kiln-net runs, and on a new cluster's genesis node the blocks
+// it gives before any controller-manager runs.
+type podNetwork struct {
+	env nodeEnv
+	api clients
+	// wait bounds the genesis node's wait for its own pod CIDR.
+	wait time.Duration
+	// started is when this boot's role began: a Node heartbeat from
+	// before it is a previous boot's.
+	started time.Time
+}
+
 // selfReady is one poll of this node's own Ready in a node-ready phase.
 // While the node is not Ready it also seeds the CNI configuration; once
 // it is, it records the Node's pod CIDR for the next boot.
-func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
-	err := clustercheck.NodeReady(ctx, kube, n.file.Name, n.started)
+func (pn *podNetwork) selfReady(ctx context.Context, kube kubernetes.Interface) error {
+	err := clustercheck.NodeReady(ctx, kube, pn.env.file.Name, pn.started)
 	if err != nil {
-		n.seedCNI(ctx, kube)
+		pn.seedCNI(ctx, kube)
 		return err
 	}
-	if node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{}); err == nil && node.Spec.PodCIDR != "" {
-		n.recordPodCIDR(node.Spec.PodCIDR)
+	if node, err := kube.CoreV1().Nodes().Get(ctx, pn.env.file.Name, metav1.GetOptions{}); err == nil && node.Spec.PodCIDR != "" {
+		pn.recordPodCIDR(node.Spec.PodCIDR)
 	}
 	return nil
 }
@@ -61,24 +77,24 @@ func (n *Node) selfReady(ctx context.Context, kube kubernetes.Interface) error {
 // starts minutes after the CIDR exists, and no other pod is scheduled to
 // a node that is not Ready. A file already there is never replaced. Failures are logged, not
 // returned: kiln-net writes the file anyway.
-func (n *Node) seedCNI(ctx context.Context, kube kubernetes.Interface) {
-	if n.haveConflist() {
+func (pn *podNetwork) seedCNI(ctx context.Context, kube kubernetes.Interface) {
+	if pn.haveConflist() {
 		return // no need to read the Node
 	}
-	node, err := kube.CoreV1().Nodes().Get(ctx, n.file.Name, metav1.GetOptions{})
+	node, err := kube.CoreV1().Nodes().Get(ctx, pn.env.file.Name, metav1.GetOptions{})
 	if err != nil || node.Spec.PodCIDR == "" {
 		return
 	}
-	n.recordPodCIDR(node.Spec.PodCIDR)
-	n.seedConflist(node.Spec.PodCIDR, "kiln-net keeps it from now on")
+	pn.recordPodCIDR(node.Spec.PodCIDR)
+	pn.seedConflist(node.Spec.PodCIDR, "kiln-net keeps it from now on")
 }
 
 // restoreCNI writes the conflist for the recorded pod CIDR before the
 // kubelet starts, on every boot after the one that learnt the CIDR. A
 // Node deleted and registered again may get another CIDR: kiln-net
 // rewrites the file then, and the node-ready phase the record.
-func (n *Node) restoreCNI() {
-	b, err := os.ReadFile(n.path(PodCIDRRecord))
+func (pn *podNetwork) restoreCNI() {
+	b, err := os.ReadFile(pn.env.path(PodCIDRRecord))
 	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}
@@ -87,43 +103,43 @@ func (n *Node) restoreCNI() {
 		_, err = netip.ParsePrefix(cidr)
 	}
 	if err != nil {
-		n.Log("the recorded pod CIDR %s: %v (the CNI configuration waits for the Node's)", PodCIDRRecord, err)
+		pn.env.log("the recorded pod CIDR %s: %v (the CNI configuration waits for the Node's)", PodCIDRRecord, err)
 		return
 	}
-	n.seedConflist(cidr, "recorded by an earlier boot")
+	pn.seedConflist(cidr, "recorded by an earlier boot")
 }
 
 // recordPodCIDR keeps cidr in PodCIDRRecord unless it is there already.
-func (n *Node) recordPodCIDR(cidr string) {
-	if b, err := os.ReadFile(n.path(PodCIDRRecord)); err == nil && strings.TrimSpace(string(b)) == cidr {
+func (pn *podNetwork) recordPodCIDR(cidr string) {
+	if b, err := os.ReadFile(pn.env.path(PodCIDRRecord)); err == nil && strings.TrimSpace(string(b)) == cidr {
 		return
 	}
-	if err := atomicfile.WriteFile(n.path(PodCIDRRecord), []byte(cidr+"\n"), 0o644, nil); err != nil {
-		n.Log("recording the pod CIDR %s in %s: %v (the next boot reads it from the Node)", cidr, PodCIDRRecord, err)
+	if err := atomicfile.WriteFile(pn.env.path(PodCIDRRecord), []byte(cidr+"\n"), 0o644, nil); err != nil {
+		pn.env.log("recording the pod CIDR %s in %s: %v (the next boot reads it from the Node)", cidr, PodCIDRRecord, err)
 	}
 }
 
-func (n *Node) haveConflist() bool {
-	_, err := os.Stat(n.path(conflistPath))
+func (pn *podNetwork) haveConflist() bool {
+	_, err := os.Stat(pn.env.path(conflistPath))
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // seedConflist writes kiln-net's conflist for cidr unless a file is
 // there already (kiln-net's, or an operator's: never replaced); why ends
 // the line that says so.
-func (n *Node) seedConflist(cidr, why string) {
-	if n.haveConflist() {
+func (pn *podNetwork) seedConflist(cidr, why string) {
+	if pn.haveConflist() {
 		return
 	}
 	conf, err := kilnnet.Conflist(cidr)
 	if err == nil {
-		err = atomicfile.WriteFile(n.path(conflistPath), conf, 0o644, nil)
+		err = atomicfile.WriteFile(pn.env.path(conflistPath), conf, 0o644, nil)
 	}
 	if err != nil {
-		n.Log("writing the CNI configuration for pod CIDR %s before kiln-net does: %v (kiln-net writes it when it starts)", cidr, err)
+		pn.env.log("writing the CNI configuration for pod CIDR %s before kiln-net does: %v (kiln-net writes it when it starts)", cidr, err)
 		return
 	}
-	n.Log("CNI configuration %s written for pod CIDR %s (%s)", conflistPath, cidr, why)
+	pn.env.log("CNI configuration %s written for pod CIDR %s (%s)", conflistPath, cidr, why)
 }
 
 // claimPodCIDR gives a new cluster's genesis Node the first block of the
@@ -136,29 +152,47 @@ func (n *Node) seedConflist(cidr, why string) {
 // occupied when it starts, and finding it set, keeps it. When any Node has
 // a pod CIDR already the allocator is at work: its choice stands, and the
 // node-ready phase writes the configuration when it comes.
-func (n *Node) claimPodCIDR(ctx context.Context) error {
-	cluster, err := netip.ParsePrefix(n.file.Cluster.PodCIDR)
+func (pn *podNetwork) claimPodCIDR(ctx context.Context) error {
+	cluster, err := netip.ParsePrefix(pn.env.file.Cluster.PodCIDR)
 	if err != nil {
-		return fmt.Errorf("the cluster's pod CIDR %q: %w", n.file.Cluster.PodCIDR, err)
+		return fmt.Errorf("the cluster's pod CIDR %q: %w", pn.env.file.Cluster.PodCIDR, err)
 	}
 	block := netip.PrefixFrom(cluster.Masked().Addr(), nodefile.NodePodBits(cluster.Addr())).String()
-	c, err := n.client(n.file.Address)
+	c, err := pn.api.agent(pn.env.file.Address)
 	if err != nil {
 		return err
 	}
-	return retry.Wait(ctx, "node "+n.file.Name+" with a pod CIDR", n.Wait, n.Log, func(ctx context.Context) error {
-		cidr, claimed, err := claimFirstBlock(ctx, c.kube, n.file.Name, block)
+	return retry.Wait(ctx, "node "+pn.env.file.Name+" with a pod CIDR", pn.wait, pn.env.log, func(ctx context.Context) error {
+		cidr, claimed, err := claimFirstBlock(ctx, c.kube, pn.env.file.Name, block)
 		if err != nil || cidr == "" {
 			return err
 		}
-		n.recordPodCIDR(cidr)
+		pn.recordPodCIDR(cidr)
 		why := "given by the controller-manager"
 		if claimed {
 			why = "claimed: the first block, before the controller-manager allocates"
 		}
-		n.seedConflist(cidr, why)
+		pn.seedConflist(cidr, why)
 		return nil
 	})
+}
+
+// givePodCIDRsFirst runs givePodCIDRs unless this node's controller-manager
+// may be running already (its static pod is written: a boot that stopped
+// inside the controllers phase, or any later boot), and says what it gave.
+func (pn *podNetwork) givePodCIDRsFirst(ctx context.Context, kube kubernetes.Interface) error {
+	if _, err := os.Stat(pn.env.path(filepath.Join(manifests.StaticPodDir, "kube-controller-manager.yaml"))); err == nil {
+		return nil
+	}
+	podNet, err := netip.ParsePrefix(pn.env.file.Cluster.PodCIDR)
+	if err != nil {
+		return err
+	}
+	given, err := givePodCIDRs(ctx, kube, podNet)
+	for _, name := range slices.Sorted(maps.Keys(given)) {
+		pn.env.log("pod CIDR %s given to node %s, registered before the controller-manager runs (its allocator takes it as occupied)", given[name], name)
+	}
+	return err
 }
 
 // claimFirstBlock sets block as name's pod CIDR when no Node has one, and

@@ -72,7 +72,7 @@ func TestReadyWaitSeedsTheCNIConfiguration(t *testing.T) {
 				}
 			}
 			n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}, started: time.Now().Add(-time.Minute)}
-			err := n.selfReady(context.Background(), kube)
+			err := n.units().cni.selfReady(context.Background(), kube)
 			if tc.ready != (err == nil) {
 				t.Errorf("selfReady: %v, want ready=%t", err, tc.ready)
 			}
@@ -156,7 +156,7 @@ func TestRecordedPodCIDRRestoresTheCNIConfiguration(t *testing.T) {
 				write(conflistPath, tc.existing)
 			}
 			n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}}
-			n.restoreCNI()
+			n.units().cni.restoreCNI()
 			checkConflist(t, filepath.Join(root, conflistPath), tc.want)
 		})
 	}
@@ -165,7 +165,7 @@ func TestRecordedPodCIDRRestoresTheCNIConfiguration(t *testing.T) {
 		kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.9.0/24"},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}}})
 		n := &Node{Root: root, Log: t.Logf, file: &nodefile.NodeFile{Name: "w1"}, started: time.Now().Add(-time.Minute)}
-		if err := n.selfReady(context.Background(), kube); err != nil {
+		if err := n.units().cni.selfReady(context.Background(), kube); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(filepath.Join(root, PodCIDRRecord))
@@ -291,7 +291,7 @@ func TestGenesisGivesPodCIDRsWhileItsAPIServerStarts(t *testing.T) {
 				os.MkdirAll(dir, 0o755)
 				os.WriteFile(filepath.Join(dir, "kube-controller-manager.yaml"), nil, 0o644)
 			}
-			if err := n.waitGenesisAPIServer(context.Background()); err != nil {
+			if err := n.units().plane.waitGenesisAPIServer(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			for name, cidr := range tc.want {

@@ -26,11 +26,12 @@ type etcdCluster interface {
 	Close() error
 }
 
-// connectCluster dials the etcd of the other masters that answer.
-func (n *Node) connectCluster(answering []string, cfg *tls.Config) (etcdCluster, error) {
+// connectCluster dials the etcd, at port, of the other masters that
+// answer.
+func connectCluster(answering []string, port int, cfg *tls.Config) (etcdCluster, error) {
 	var eps []string
 	for _, a := range answering {
-		eps = append(eps, "https://"+net.JoinHostPort(a, fmt.Sprint(n.etcdPort())))
+		eps = append(eps, "https://"+net.JoinHostPort(a, fmt.Sprint(port)))
 	}
 	return etcdmember.Dial(eps, cfg)
 }

@@ -4,11 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +13,6 @@ import (
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -37,7 +31,7 @@ var errClusterExists = errors.New("cluster already exists")
 // cut no other master's etcd may answer yet, and its own etcd member is
 // one the others need for their quorum.
 func (n *Node) runGenesis(ctx context.Context) (Result, error) {
-	if n.stamped("master/etcd-join") && !n.stamped("genesis/bootstrap") {
+	if env := n.units().env; env.stamped("master/etcd-join") && !env.stamped("genesis/bootstrap") {
 		n.Log("genesis: this machine joined the cluster as a master; it comes back as one")
 		return n.runRole(ctx, nodefile.RoleMaster, "joined", n.masterPhases())
 	}
@@ -60,24 +54,25 @@ func clusterExistsReason(err error) string {
 }
 
 func (n *Node) genesisPhases() []phase {
-	notBootstrapped := func() bool { return !n.stamped("genesis/bootstrap") }
+	u := n.units()
+	notBootstrapped := func() bool { return !u.env.stamped("genesis/bootstrap") }
 	return []phase{
-		{Name: "cluster-absent", RunIf: notBootstrapped, Run: n.requireNoCluster},
-		{Name: "start", Run: n.startControlPlane},
+		{Name: "cluster-absent", RunIf: notBootstrapped, Run: u.survey.requireNoCluster},
+		{Name: "start", Run: u.plane.start},
 		// The pod CIDR is claimed as soon as the apiserver serves and the
 		// kubelet has registered, before the apiserver's post-start hooks
 		// are done: the agent is in system:masters, so it needs none of the
 		// RBAC defaults, and the CNI file it writes is what the Node's
 		// Ready waits for.
-		{Name: "pod-cidr", Once: true, Run: n.claimPodCIDR},
-		{Name: "apiserver", Run: n.waitGenesisAPIServer},
-		{Name: "controllers", Once: true, Run: n.startControllers},
-		{Name: "bootstrap", Once: true, Run: n.recordBootstrapped},
-		{Name: "add-ons", Once: true, Run: n.applyAddOns},
-		{Name: "label", Once: true, Run: n.labelSelf},
-		{Name: "node-ready", Run: n.waitSelfReady},
-		{Name: "publish-version", Run: n.publishVersion},
-		{Name: "validate", Once: true, Run: n.validate},
+		{Name: "pod-cidr", Once: true, Run: u.cni.claimPodCIDR},
+		{Name: "apiserver", Run: u.plane.waitGenesisAPIServer},
+		{Name: "controllers", Once: true, Run: u.plane.startControllers},
+		{Name: "bootstrap", Once: true, Run: u.plane.recordBootstrapped},
+		{Name: "add-ons", Once: true, Run: u.master.applyAddOns},
+		{Name: "label", Once: true, Run: u.master.labelSelf},
+		{Name: "node-ready", Run: u.master.waitSelfReady},
+		{Name: "publish-version", Run: u.kubelet.publishVersion},
+		{Name: "validate", Once: true, Run: u.master.validate},
 	}
 }
 
@@ -90,15 +85,15 @@ func (n *Node) genesisPhases() []phase {
 // retry.Report whom it waits for. The wait has no bound: the way
 // out is on the console (that master answering, or the path to it
 // fixed). Only a proven foreign PKI ends it.
-func (n *Node) requireNoCluster(ctx context.Context) error {
-	cfg, err := n.etcdClientTLS()
+func (sv surveyor) requireNoCluster(ctx context.Context) error {
+	cfg, err := sv.env.etcdClientTLS()
 	if err != nil {
 		return err
 	}
 	var last surveyed
 	var lastReport time.Time
 	err = retry.Wait(ctx, "every other master ruled out", retry.NoBound, nil, func(ctx context.Context) error {
-		last = n.survey(ctx, cfg)
+		last = sv.survey(ctx, cfg)
 		switch {
 		case len(last.answering) > 0:
 			return retry.Final(fmt.Errorf("%w (%s answers)", errClusterExists, last.answering[0].Name))
@@ -108,7 +103,7 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 		case len(last.doubts) > 0:
 			if time.Since(lastReport) >= retry.Report {
 				lastReport = time.Now()
-				n.Log("genesis: waiting to rule out %s; not bootstrapping while a cluster may exist (power that master on, or fix the path to its etcd port)", last.waitingOn())
+				sv.env.log("genesis: waiting to rule out %s; not bootstrapping while a cluster may exist (power that master on, or fix the path to its etcd port)", last.waitingOn())
 			}
 			return last.doubt()
 		}
@@ -118,42 +113,12 @@ func (n *Node) requireNoCluster(ctx context.Context) error {
 		return err
 	}
 	for _, m := range last.waiting {
-		n.Log("genesis: master %s answers as waiting to join, with no etcd member: ruled out", m.Name)
+		sv.env.log("genesis: master %s answers as waiting to join, with no etcd member: ruled out", m.Name)
 	}
-	if others := n.otherMasters(); len(others) > 0 {
-		n.Log("no etcd member runs at the site's other masters (%d): bootstrapping is safe", len(others))
+	if others := sv.env.otherMasters(); len(others) > 0 {
+		sv.env.log("no etcd member runs at the site's other masters (%d): bootstrapping is safe", len(others))
 	}
 	return nil
-}
-
-// startControlPlane writes the control plane from the membership record,
-// creating a new cluster's record on the first boot. A new cluster's etcd
-// and apiserver start at once, its controller-manager and scheduler once
-// the apiserver is ready (phase controllers); one that existed before (a
-// later boot, or a master whose member just joined) starts in order.
-func (n *Node) startControlPlane(ctx context.Context) error {
-	rec, err := etcdmember.Read(n.Root)
-	if errors.Is(err, etcdmember.ErrNone) && n.file.Role == nodefile.RoleGenesis && !n.stamped("genesis/bootstrap") {
-		rec = etcdmember.Genesis(n.file.Name, n.file.Address)
-		err = etcdmember.Write(n.Root, rec)
-	}
-	if err != nil {
-		return err
-	}
-	if rec.State != etcdmember.StateExisting {
-		return n.startNode(ctx, n.params(rec), controllerPods)
-	}
-	n.etcdPeers = len(rec.Peers) > 1
-	etcd, closeEtcd, err := n.ownEtcd()
-	if err != nil {
-		return err
-	}
-	defer closeEtcd()
-	kube, err := n.apiAt(n.file.Address)
-	if err != nil {
-		return err
-	}
-	return n.startInOrder(ctx, n.params(rec), n.restartStages(rec, etcd, kube))
 }
 
 // controllerPods are the static pods that start once their node's
@@ -171,41 +136,23 @@ var controllerPods = []string{"kube-controller-manager", "kube-scheduler"}
 //
 // Before that, while no controller-manager has run, the Nodes that
 // registered meanwhile get their pod CIDRs (givePodCIDRs).
-func (n *Node) startControllers(ctx context.Context) error {
-	rec, err := etcdmember.Read(n.Root)
+func (cp *controlPlane) startControllers(ctx context.Context) error {
+	rec, err := etcdmember.Read(cp.env.root)
 	if err != nil {
 		return err
 	}
-	kube, err := n.apiAt(n.file.Address)
+	kube, err := cp.api.kubeAt(cp.env.file.Address)
 	if err == nil {
-		err = n.givePodCIDRsFirst(ctx, kube)
+		err = cp.cni.givePodCIDRsFirst(ctx, kube)
 	}
 	if err != nil {
-		n.Log("giving the registered Nodes their pod CIDRs: %v (the controller-manager allocates them)", err)
+		cp.env.log("giving the registered Nodes their pod CIDRs: %v (the controller-manager allocates them)", err)
 	}
-	if err := n.writeStaticPods(n.params(rec), controllerPods); err != nil {
+	if err := cp.files.writeStaticPods(cp.env.params(rec), controllerPods); err != nil {
 		return err
 	}
-	n.Log("started %s", strings.Join(controllerPods, ", "))
+	cp.env.log("started %s", strings.Join(controllerPods, ", "))
 	return nil
-}
-
-// givePodCIDRsFirst runs givePodCIDRs unless this node's controller-manager
-// may be running already (its static pod is written: a boot that stopped
-// inside the controllers phase, or any later boot), and says what it gave.
-func (n *Node) givePodCIDRsFirst(ctx context.Context, kube kubernetes.Interface) error {
-	if _, err := os.Stat(n.path(filepath.Join(manifests.StaticPodDir, "kube-controller-manager.yaml"))); err == nil {
-		return nil
-	}
-	podNet, err := netip.ParsePrefix(n.file.Cluster.PodCIDR)
-	if err != nil {
-		return err
-	}
-	given, err := givePodCIDRs(ctx, kube, podNet)
-	for _, name := range slices.Sorted(maps.Keys(given)) {
-		n.Log("pod CIDR %s given to node %s, registered before the controller-manager runs (its allocator takes it as occupied)", given[name], name)
-	}
-	return err
 }
 
 // waitGenesisAPIServer waits for the apiserver as waitOwnAPIServer does,
@@ -216,11 +163,11 @@ func (n *Node) givePodCIDRsFirst(ctx context.Context, kube kubernetes.Interface)
 // register in that time, and given their blocks only once the
 // controller-manager runs they would be Ready only then. Each try is
 // bounded, so a busy apiserver does not hold up the wait's next poll.
-func (n *Node) waitGenesisAPIServer(ctx context.Context) error {
-	return n.waitAPIServer(ctx, func(ctx context.Context, kube kubernetes.Interface) {
+func (cp *controlPlane) waitGenesisAPIServer(ctx context.Context) error {
+	return cp.waitAPIServer(ctx, func(ctx context.Context, kube kubernetes.Interface) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_ = n.givePodCIDRsFirst(ctx, kube)
+		_ = cp.cni.givePodCIDRsFirst(ctx, kube)
 	})
 }
 
@@ -228,62 +175,18 @@ func (n *Node) waitGenesisAPIServer(ctx context.Context) error {
 // answered (its etcd runs), in the record and in etcd's configuration
 // file: nothing renders a new cluster again. The static pod names only
 // the file, so the running etcd is not restarted for it.
-func (n *Node) recordBootstrapped(context.Context) error {
-	rec, err := etcdmember.Read(n.Root)
+func (cp *controlPlane) recordBootstrapped(context.Context) error {
+	rec, err := etcdmember.Read(cp.env.root)
 	if err != nil {
 		return err
 	}
 	rec.State = etcdmember.StateExisting
-	if err := etcdmember.Write(n.Root, rec); err != nil {
+	if err := etcdmember.Write(cp.env.root, rec); err != nil {
 		return err
 	}
-	conf, err := manifests.EtcdConfig(n.params(rec))
+	conf, err := manifests.EtcdConfig(cp.env.params(rec))
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(n.path(manifests.EtcdConfigPath), conf, 0o644, nil)
-}
-
-// waitOwnAPIServer waits for this node's own apiserver to be ready. A
-// control plane that joins or comes back beside other etcd members finds
-// the cluster's RBAC defaults in place, so the apiserver's hook that
-// reconciles them again is not waited for (see rbacAside).
-func (n *Node) waitOwnAPIServer(ctx context.Context) error { return n.waitAPIServer(ctx, nil) }
-
-// waitAPIServer is waitOwnAPIServer's wait, running meanwhile (when set)
-// after every poll the apiserver is not ready yet.
-func (n *Node) waitAPIServer(ctx context.Context, meanwhile func(context.Context, kubernetes.Interface)) error {
-	kube, err := n.apiAt(n.file.Address)
-	if err != nil {
-		return err
-	}
-	except := n.rbacAside()
-	if len(except) > 0 {
-		n.Log("the cluster has its default RBAC objects: the apiserver is healthy without its %s check", clustercheck.RBACDefaultsHook)
-	}
-	return retry.Wait(ctx, "apiserver healthy on "+n.file.Address, n.Wait, n.Log, func(ctx context.Context) error {
-		err := clustercheck.APIServerReady(ctx, kube, except...)
-		if err != nil && meanwhile != nil {
-			meanwhile(ctx, kube)
-		}
-		return err
-	})
-}
-
-// rbacAside are the readiness checks this boot does not wait for: the
-// RBAC defaults' hook, on a master beside other etcd members (one that
-// joins a cluster, or comes back in a multi-master one). The hook
-// reconciles about 150 objects one quorum read at a time, and with a
-// peer to ask each read takes about a second on loaded masters: minutes
-// on a joining master, and on masters restored after a whole-cluster
-// cut, whose controller-manager and scheduler would wait all that
-// while. The cluster has those defaults already, and the apiserver
-// serves with them meanwhile. A lone master waits for the whole /readyz:
-// its reads need no peer, so the hook is short, and a controller-manager
-// and scheduler started beside it only slow the genesis's way to Ready.
-func (n *Node) rbacAside() []string {
-	if n.etcdPeers {
-		return []string{clustercheck.RBACDefaultsHook}
-	}
-	return nil
+	return atomicfile.WriteFile(cp.env.path(manifests.EtcdConfigPath), conf, 0o644, nil)
 }

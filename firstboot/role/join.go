@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,75 +25,92 @@ const (
 
 type joinBounds struct{ learnerStart, promote time.Duration }
 
-// joinEtcd makes this node a voting member of the cluster c reaches: it
+// afterPromotion are the components a joining master starts only once
+// its etcd member votes: its apiserver talks to the local member, which
+// must never be a learner.
+var afterPromotion = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// etcdJoiner owns this node's way into the etcd cluster: the member
+// list, the membership record, the learner's start and promotion, and
+// undoing a join that did not finish.
+type etcdJoiner struct {
+	env nodeEnv
+	// startNode writes the node's files but the held static pods and
+	// starts the kubelet (nodeFiles.startNode): the learner's etcd starts
+	// from the record the join writes.
+	startNode func(ctx context.Context, p manifests.Params, hold []string) error
+	bounds    joinBounds
+}
+
+// join makes this node a voting member of the cluster c reaches: it
 // resumes its own member (its data is here), reuses an unstarted learner
 // with its peer URL, or removes a stale member of its name or peer URL
 // when quorum survives that, and adds itself as a learner; then it
 // starts its etcd with the member list the add returned and promotes it.
 // A learner that does not start or catch up within its bound is removed
 // again, its manifest and data moved aside, so the next boot retries.
-func (n *Node) joinEtcd(ctx context.Context, c etcdCluster) error {
-	self := etcdmember.PeerURL(n.file.Address)
+func (j etcdJoiner) join(ctx context.Context, c etcdCluster) error {
+	self := etcdmember.PeerURL(j.env.file.Address)
 	list, err := c.MemberList(ctx)
 	if err != nil {
 		return err
 	}
-	rec, err := n.memberRecord(ctx, c, list, self)
+	rec, err := j.memberRecord(ctx, c, list, self)
 	if err != nil {
 		return err
 	}
-	if err := etcdmember.Write(n.Root, rec); err != nil {
+	if err := etcdmember.Write(j.env.root, rec); err != nil {
 		return fmt.Errorf("recording the etcd membership: %w", err)
 	}
-	n.Log("etcd: member %s (%s) joins with initial cluster %s", rec.ID, rec.Name, rec.InitialCluster())
-	if err := n.startNode(ctx, n.params(rec), afterPromotion); err != nil {
+	j.env.log("etcd: member %s (%s) joins with initial cluster %s", rec.ID, rec.Name, rec.InitialCluster())
+	if err := j.startNode(ctx, j.env.params(rec), afterPromotion); err != nil {
 		return err
 	}
 	var id uint64
 	fmt.Sscanf(rec.ID, "%x", &id)
-	if err := n.waitLearnerStarted(ctx, c, id); err != nil {
-		return n.undoJoin(ctx, c, id, err)
+	if err := j.waitLearnerStarted(ctx, c, id); err != nil {
+		return j.undoJoin(ctx, c, id, err)
 	}
-	if err := n.promote(ctx, c, id); err != nil {
-		return n.undoJoin(ctx, c, id, err)
+	if err := j.promote(ctx, c, id); err != nil {
+		return j.undoJoin(ctx, c, id, err)
 	}
 	if list, err := c.MemberList(ctx); err == nil {
-		rec = membershipAfterAdd(n.file.Name, self, id, list)
+		rec = membershipAfterAdd(j.env.file.Name, self, id, list)
 	}
-	return etcdmember.Write(n.Root, rec)
+	return etcdmember.Write(j.env.root, rec)
 }
 
 // memberRecord decides how this node enters the member list and returns
 // the record to start its etcd from; it adds a learner when needed.
-func (n *Node) memberRecord(ctx context.Context, c etcdCluster, list []member, self string) (etcdmember.Membership, error) {
+func (j etcdJoiner) memberRecord(ctx context.Context, c etcdCluster, list []member, self string) (etcdmember.Membership, error) {
 	var mine *member
 	var stale []member
 	for i, m := range list {
 		switch {
 		case slices.Contains(m.PeerURLs, self):
 			mine = &list[i]
-		case m.Name == n.file.Name:
+		case m.Name == j.env.file.Name:
 			stale = append(stale, m)
 		}
 	}
-	hasData := n.hasEtcdData()
+	hasData := j.env.hasEtcdData()
 	switch {
 	case mine != nil && hasData:
-		n.Log("etcd: this node's data belongs to member %x (%s): resuming it", mine.ID, mine.Name)
-		return membershipAfterAdd(n.file.Name, self, mine.ID, list), nil
+		j.env.log("etcd: this node's data belongs to member %x (%s): resuming it", mine.ID, mine.Name)
+		return membershipAfterAdd(j.env.file.Name, self, mine.ID, list), nil
 	case mine != nil && mine.IsLearner && mine.Name == "":
-		n.Log("etcd: reusing unstarted learner %x with this node's peer URL %s", mine.ID, self)
-		return membershipAfterAdd(n.file.Name, self, mine.ID, list), nil
+		j.env.log("etcd: reusing unstarted learner %x with this node's peer URL %s", mine.ID, self)
+		return membershipAfterAdd(j.env.file.Name, self, mine.ID, list), nil
 	case mine != nil:
 		stale = append(stale, *mine)
 	}
 	for _, s := range stale {
-		if err := n.removeStale(ctx, c, list, s); err != nil {
+		if err := j.removeStale(ctx, c, list, s); err != nil {
 			return etcdmember.Membership{}, err
 		}
 	}
 	if hasData {
-		if err := n.moveAside(manifests.EtcdDataDir+"/member", "etcd-data"); err != nil {
+		if err := j.env.moveAside(manifests.EtcdDataDir+"/member", "etcd-data"); err != nil {
 			return etcdmember.Membership{}, err
 		}
 	}
@@ -102,14 +118,14 @@ func (n *Node) memberRecord(ctx context.Context, c etcdCluster, list []member, s
 	if err != nil {
 		return etcdmember.Membership{}, err
 	}
-	n.Log("etcd: added learner %x for %s", id, self)
-	return membershipAfterAdd(n.file.Name, self, id, all), nil
+	j.env.log("etcd: added learner %x for %s", id, self)
+	return membershipAfterAdd(j.env.file.Name, self, id, all), nil
 }
 
 // removeStale removes a member registered for this node (its name or
 // peer URL) that this node's empty data dir cannot be: the node was
 // re-imaged. It refuses when the removal could not reach quorum.
-func (n *Node) removeStale(ctx context.Context, c etcdCluster, list []member, s member) error {
+func (j etcdJoiner) removeStale(ctx context.Context, c etcdCluster, list []member, s member) error {
 	if !s.IsLearner {
 		voting, healthy := 0, 0
 		for _, m := range list {
@@ -131,14 +147,14 @@ func (n *Node) removeStale(ctx context.Context, c etcdCluster, list []member, s 
 	if err := c.Remove(ctx, s.ID); err != nil {
 		return fmt.Errorf("removing stale etcd member %x (%s, %v): %w", s.ID, s.Name, s.PeerURLs, err)
 	}
-	n.Log("etcd: removed stale member %x (%s, %v) registered for this node", s.ID, s.Name, s.PeerURLs)
+	j.env.log("etcd: removed stale member %x (%s, %v) registered for this node", s.ID, s.Name, s.PeerURLs)
 	return nil
 }
 
 // waitLearnerStarted waits until the member has published its name:
 // its etcd runs and reached the leader.
-func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64) error {
-	return retry.Wait(ctx, fmt.Sprintf("etcd member %x started", id), cmp.Or(n.joinBounds.learnerStart, learnerStartBound), n.Log, func(ctx context.Context) error {
+func (j etcdJoiner) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64) error {
+	return retry.Wait(ctx, fmt.Sprintf("etcd member %x started", id), cmp.Or(j.bounds.learnerStart, learnerStartBound), j.env.log, func(ctx context.Context) error {
 		list, err := c.MemberList(ctx)
 		if err != nil {
 			return err
@@ -157,8 +173,8 @@ func (n *Node) waitLearnerStarted(ctx context.Context, c etcdCluster, id uint64)
 
 // promote makes the learner a voting member, retrying while it catches
 // up with the leader or another learner is ahead of it.
-func (n *Node) promote(ctx context.Context, c etcdCluster, id uint64) error {
-	return retry.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), cmp.Or(n.joinBounds.promote, promoteBound), n.Log, func(ctx context.Context) error {
+func (j etcdJoiner) promote(ctx context.Context, c etcdCluster, id uint64) error {
+	return retry.Wait(ctx, fmt.Sprintf("etcd member %x promoted", id), cmp.Or(j.bounds.promote, promoteBound), j.env.log, func(ctx context.Context) error {
 		err := c.Promote(ctx, id)
 		if err != nil && strings.Contains(err.Error(), "can only promote a learner member") && !strings.Contains(err.Error(), "in sync") {
 			return nil // a voting member already: an earlier boot promoted it
@@ -169,7 +185,7 @@ func (n *Node) promote(ctx context.Context, c etcdCluster, id uint64) error {
 
 // undoJoin removes the learner this node added and moves its manifest and
 // data aside: no half-joined member is left behind.
-func (n *Node) undoJoin(ctx context.Context, c etcdCluster, id uint64, cause error) error {
+func (j etcdJoiner) undoJoin(ctx context.Context, c etcdCluster, id uint64, cause error) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	if err := c.Remove(ctx, id); err != nil && !strings.Contains(err.Error(), "member not found") {
@@ -180,7 +196,7 @@ func (n *Node) undoJoin(ctx context.Context, c etcdCluster, id uint64, cause err
 		{manifests.EtcdDataDir + "/member", "etcd-data"},
 		{etcdmember.Path, "etcd-membership"},
 	} {
-		if err := n.moveAside(p.path, p.what); err != nil {
+		if err := j.env.moveAside(p.path, p.what); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -188,29 +204,4 @@ func (n *Node) undoJoin(ctx context.Context, c etcdCluster, id uint64, cause err
 		return fmt.Errorf("%w; cleaning up: %w", cause, errors.Join(errs...))
 	}
 	return fmt.Errorf("%w; removed learner %x and moved its manifest and data aside: the next boot tries again", cause, id)
-}
-
-func (n *Node) hasEtcdData() bool {
-	_, err := os.Stat(n.path(manifests.EtcdDataDir + "/member"))
-	return err == nil
-}
-
-// BackupDir is where the role moves what it takes out of service: kiln
-// never deletes a file it might need back.
-const BackupDir = "/var/lib/kiln/backup"
-
-func (n *Node) moveAside(p, what string) error {
-	src := n.path(p)
-	if _, err := os.Stat(src); os.IsNotExist(err) {
-		return nil
-	}
-	dst := n.path(filepath.Join(BackupDir, fmt.Sprintf("%s.%s", what, time.Now().UTC().Format("20060102T150405Z"))))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return err
-	}
-	if err := os.Rename(src, dst); err != nil {
-		return fmt.Errorf("moving %s aside: %w", p, err)
-	}
-	n.Log("moved %s to %s", p, strings.TrimPrefix(dst, n.Root))
-	return nil
 }

@@ -168,5 +168,5 @@ func TestJoinEtcd(t *testing.T) {
 // joinWithin runs the join with short bounds: the fake answers at once.
 func joinWithin(t *testing.T, n *Node, c etcdCluster) error {
 	n.joinBounds = joinBounds{learnerStart: 7 * time.Second, promote: 9 * time.Second}
-	return n.joinEtcd(context.Background(), c)
+	return n.units().join.etcd.join(context.Background(), c)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
@@ -25,19 +26,40 @@ import (
 // apiserver, controller-manager and scheduler; the anchors take over
 // once the node carries the master label.
 func (n *Node) masterPhases() []phase {
-	notJoined := func() bool { return !n.stamped("master/etcd-join") }
+	u := n.units()
+	j := u.join
+	notJoined := func() bool { return !u.env.stamped("master/etcd-join") }
 	return []phase{
-		{Name: "wait-cluster", RunIf: notJoined, Run: n.waitForCluster},
-		{Name: "kubelet", RunIf: notJoined, Run: n.startKubeletBeforeJoin},
-		{Name: "wait-settled", RunIf: notJoined, Run: n.waitSettled},
-		{Name: "images", RunIf: notJoined, Run: n.waitImages},
-		{Name: "etcd-join", Once: true, Run: n.etcdJoin},
-		{Name: "start", Run: n.startControlPlane},
-		{Name: "apiserver", Run: n.waitOwnAPIServer},
-		{Name: "label", Once: true, Run: n.labelSelf},
-		{Name: "node-ready", Run: n.waitSelfReady},
-		{Name: "publish-version", Run: n.publishVersion},
+		{Name: "wait-cluster", RunIf: notJoined, Run: j.waitForCluster},
+		{Name: "kubelet", RunIf: notJoined, Run: j.startKubeletBeforeJoin},
+		{Name: "wait-settled", RunIf: notJoined, Run: j.waitSettled},
+		{Name: "images", RunIf: notJoined, Run: func(ctx context.Context) error { return waitImages(ctx, j.sys, j.wait, j.env.log) }},
+		{Name: "etcd-join", Once: true, Run: j.etcdJoin},
+		{Name: "start", Run: u.plane.start},
+		{Name: "apiserver", Run: u.plane.waitOwnAPIServer},
+		{Name: "label", Once: true, Run: u.master.labelSelf},
+		{Name: "node-ready", Run: u.master.waitSelfReady},
+		{Name: "publish-version", Run: u.kubelet.publishVersion},
 	}
+}
+
+// masterJoin owns a master's way into an existing cluster, before its
+// control plane starts: the wait for another master's etcd (answering
+// genesis surveys meanwhile), the kubelet started ahead of the join, the
+// wait for the cluster to settle, the node's images, and the etcd join.
+type masterJoin struct {
+	env    nodeEnv
+	survey surveyor
+	beacon *waitingBeacon
+	api    clients
+	cni    *podNetwork
+	files  nodeFiles
+	etcd   etcdJoiner
+	sys    command.Runner
+	wait   time.Duration
+	port   int // the masters' etcd port
+	// answering are the addresses of the masters whose etcd answered.
+	answering []string
 }
 
 // waitForCluster waits, saying so every 30 s, until another master's
@@ -49,22 +71,22 @@ func (n *Node) masterPhases() []phase {
 // node powered on beside it rules it out at once. The wait has no
 // bound: the cluster's genesis node ends it, and the console names what
 // is missing.
-func (n *Node) waitForCluster(ctx context.Context) error {
-	cfg, err := n.etcdClientTLS()
+func (j *masterJoin) waitForCluster(ctx context.Context) error {
+	cfg, err := j.env.etcdClientTLS()
 	if err != nil {
 		return err
 	}
-	if len(n.otherMasters()) == 0 {
+	if len(j.env.otherMasters()) == 0 {
 		return fmt.Errorf("the node file lists no other master to join")
 	}
-	defer n.stopBeacon()
-	return retry.Wait(ctx, "the cluster (its genesis node bootstraps it; this master joins it)", retry.NoBound, n.Log, func(ctx context.Context) error {
-		n.startBeacon()
-		s := n.survey(ctx, cfg)
+	defer j.beacon.stop()
+	return retry.Wait(ctx, "the cluster (its genesis node bootstraps it; this master joins it)", retry.NoBound, j.env.log, func(ctx context.Context) error {
+		j.beacon.start()
+		s := j.survey.survey(ctx, cfg)
 		if len(s.answering) > 0 {
-			n.answering = nil
+			j.answering = nil
 			for _, m := range s.answering {
-				n.answering = append(n.answering, m.Address)
+				j.answering = append(j.answering, m.Address)
 			}
 			return nil
 		}
@@ -90,8 +112,8 @@ var beforeJoin = append([]string{"etcd"}, afterPromotion...)
 // join waits for the cluster to settle, instead of after it. The anchors
 // select the master label, which the node gets only once its own
 // apiserver serves. The etcd-join phase hands this kubelet etcd's pod.
-func (n *Node) startKubeletBeforeJoin(ctx context.Context) error {
-	return n.startNode(ctx, n.params(etcdmember.Membership{}), beforeJoin)
+func (j *masterJoin) startKubeletBeforeJoin(ctx context.Context) error {
+	return j.files.startNode(ctx, j.env.params(etcdmember.Membership{}), beforeJoin)
 }
 
 // waitSettled waits, saying so every 30 s, until a master that answered
@@ -103,34 +125,21 @@ func (n *Node) startKubeletBeforeJoin(ctx context.Context) error {
 // apiserver may never become ready once the learner is promoted, and a
 // join as soon as the genesis's Node is Ready makes its cluster DNS
 // start minutes later.
-func (n *Node) waitSettled(ctx context.Context) error {
+func (j *masterJoin) waitSettled(ctx context.Context) error {
 	var masters []nodefile.Member
-	for _, m := range n.otherMasters() {
-		if slices.Contains(n.answering, m.Address) {
+	for _, m := range j.env.otherMasters() {
+		if slices.Contains(j.answering, m.Address) {
 			masters = append(masters, m)
 		}
 	}
-	kubelet, _ := n.kubeletClient() // nil: no CNI seeding while waiting
-	return retry.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", n.Wait, n.Log, func(ctx context.Context) error {
-		err := firstSettledMaster(ctx, masters, n.apiAt)
+	kubelet, _ := j.api.kubelet() // nil: no CNI seeding while waiting
+	return retry.Wait(ctx, "the cluster settled (a master's Node Ready, cluster DNS serving)", j.wait, j.env.log, func(ctx context.Context) error {
+		err := firstSettledMaster(ctx, masters, j.api.kubeAt)
 		if err != nil && kubelet != nil {
-			n.seedCNI(ctx, kubelet) // the Node is Ready once it has its pod CIDR
+			j.cni.seedCNI(ctx, kubelet) // the Node is Ready once it has its pod CIDR
 		}
 		return err
 	})
-}
-
-// apiAt is a client of the apiserver at a master's address: n.APIAt, or
-// the agent's own kubeconfig pointed at that address.
-func (n *Node) apiAt(address string) (kubernetes.Interface, error) {
-	if n.APIAt != nil {
-		return n.APIAt(address)
-	}
-	c, err := n.client(address)
-	if err != nil {
-		return nil, err
-	}
-	return c.kube, nil
 }
 
 // firstSettledMaster is nil once one of masters, asked through its own
@@ -175,12 +184,12 @@ func firstMaster(ctx context.Context, masters []nodefile.Member, kubeAt func(add
 // is ordered after it.
 const imagesUnit = "kiln-images.service"
 
-// waitImages waits until the kubelet can start at once, so the learner
+// waitImages waits, within bound, until the kubelet can start at once, so the learner
 // this node adds next starts within its bound instead of waiting for the
 // import, which on a slow machine takes minutes.
-func (n *Node) waitImages(ctx context.Context) error {
-	return retry.Wait(ctx, "the node's images ("+imagesUnit+")", n.Wait, n.Log, func(ctx context.Context) error {
-		out, err := n.Sys.Run(ctx, "systemctl", "is-active", imagesUnit)
+func waitImages(ctx context.Context, sys command.Runner, bound time.Duration, log func(string, ...any)) error {
+	return retry.Wait(ctx, "the node's images ("+imagesUnit+")", bound, log, func(ctx context.Context) error {
+		out, err := sys.Run(ctx, "systemctl", "is-active", imagesUnit)
 		switch state := strings.TrimSpace(string(out)); {
 		case err == nil:
 			return nil
@@ -194,20 +203,22 @@ func (n *Node) waitImages(ctx context.Context) error {
 	})
 }
 
-func (n *Node) etcdJoin(ctx context.Context) error {
-	if len(n.answering) == 0 { // resumed after a power cut mid-join
-		if err := n.waitForCluster(ctx); err != nil {
+// etcdJoin joins the etcd of the masters that answered: on a boot that
+// resumes a join a power cut interrupted, it waits for them again first.
+func (j *masterJoin) etcdJoin(ctx context.Context) error {
+	if len(j.answering) == 0 { // resumed after a power cut mid-join
+		if err := j.waitForCluster(ctx); err != nil {
 			return err
 		}
 	}
-	cfg, err := n.etcdClientTLS()
+	cfg, err := j.env.etcdClientTLS()
 	if err != nil {
 		return err
 	}
-	c, err := n.connectCluster(n.answering, cfg)
+	c, err := connectCluster(j.answering, j.port, cfg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return n.joinEtcd(ctx, c)
+	return j.etcd.join(ctx, c)
 }

@@ -7,9 +7,17 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/discovery"
+	"github.com/kiln-project/kiln/internal/command"
 )
 
-// ensureNodeLocalAddress makes sure the node-local DNS address is on its
+// nodeLocal owns the node-local DNS address on its dummy link, through
+// the host's ip(8).
+type nodeLocal struct {
+	sys command.Runner
+	log func(format string, args ...any)
+}
+
+// ensure makes sure the node-local DNS address is on its
 // dummy link: the host's resolv.conf and the kubelet find the apiservers
 // through it. systemd-networkd makes the link from the image's files;
 // after a whole-cluster power cut a QEMU master came up without the
@@ -17,23 +25,23 @@ import (
 // stayed NotReady while both apiservers were ready). A missing link or
 // address is added with ip(8), and the console says so; networkd's own
 // files match the link, so it keeps what is added.
-func (n *Node) ensureNodeLocalAddress(ctx context.Context) error {
+func (l nodeLocal) ensure(ctx context.Context) error {
 	link, addr := discovery.NodeLocalLink, discovery.NodeLocalAddress+"/32"
-	out, err := n.Sys.Run(ctx, "ip", "-4", "-o", "addr", "show", "dev", link)
+	out, err := l.sys.Run(ctx, "ip", "-4", "-o", "addr", "show", "dev", link)
 	if err == nil && hasAddress(string(out), addr) {
 		return nil
 	}
 	if err != nil { // no such link
-		if _, err := n.Sys.Run(ctx, "ip", "link", "add", link, "type", "dummy"); err != nil {
+		if _, err := l.sys.Run(ctx, "ip", "link", "add", link, "type", "dummy"); err != nil {
 			return fmt.Errorf("the node-local DNS link %s is missing and could not be added: %w", link, err)
 		}
 	}
 	for _, args := range [][]string{{"link", "set", link, "up"}, {"addr", "replace", addr, "dev", link}} {
-		if _, err := n.Sys.Run(ctx, "ip", args...); err != nil {
+		if _, err := l.sys.Run(ctx, "ip", args...); err != nil {
 			return fmt.Errorf("putting the node-local DNS address %s on %s: %w", addr, link, err)
 		}
 	}
-	n.Log("the node-local DNS address %s was not on %s (systemd-networkd had not put it there): added it", addr, link)
+	l.log("the node-local DNS address %s was not on %s (systemd-networkd had not put it there): added it", addr, link)
 	return nil
 }
 
@@ -54,18 +62,18 @@ func hasAddress(out, addr string) bool {
 // at the node-local DNS address again.
 const nodeLocalCheckEvery = 30 * time.Second
 
-// keepNodeLocalAddress returns a check to call while waiting for the
+// keep returns a check to call while waiting for the
 // cluster: at most every nodeLocalCheckEvery it makes sure the address is
 // still there. A failure is said, not returned: the wait goes on.
-func (n *Node) keepNodeLocalAddress() func(ctx context.Context) {
+func (l nodeLocal) keep() func(ctx context.Context) {
 	var last time.Time
 	return func(ctx context.Context) {
 		if time.Since(last) < nodeLocalCheckEvery {
 			return
 		}
 		last = time.Now()
-		if err := n.ensureNodeLocalAddress(ctx); err != nil {
-			n.Log("%v", err)
+		if err := l.ensure(ctx); err != nil {
+			l.log("%v", err)
 		}
 	}
 }

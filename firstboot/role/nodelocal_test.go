@@ -59,8 +59,8 @@ func TestEnsureNodeLocalAddress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sys := &answering{answers: tc.answers}
 			var said []string
-			n := &Node{Sys: sys, Log: func(format string, args ...any) { said = append(said, format) }}
-			err := n.ensureNodeLocalAddress(context.Background())
+			l := nodeLocal{sys: sys, log: func(format string, args ...any) { said = append(said, format) }}
+			err := l.ensure(context.Background())
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatal(err)
@@ -81,8 +81,8 @@ func TestEnsureNodeLocalAddress(t *testing.T) {
 // every nodeLocalCheckEvery.
 func TestKeepNodeLocalAddressIsRateLimited(t *testing.T) {
 	sys := &answering{answers: map[string]answer{}}
-	n := &Node{Sys: sys, Log: func(string, ...any) {}}
-	keep := n.keepNodeLocalAddress()
+	l := nodeLocal{sys: sys, log: func(string, ...any) {}}
+	keep := l.keep()
 	for range 5 {
 		keep(context.Background())
 	}

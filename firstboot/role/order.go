@@ -2,23 +2,43 @@ package role
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
-	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
+
+// controlPlane owns this node's control plane as static pods: its start
+// from the membership record (a new cluster's at once, one that existed
+// in order: etcd quorum, the apiserver's turn, the controllers), a new
+// cluster's controllers and record, and the wait for its own apiserver.
+type controlPlane struct {
+	env   nodeEnv
+	files nodeFiles
+	api   clients
+	cni   *podNetwork
+	wait  time.Duration
+	port  int // etcd's client port
+	// quorum, leads and members are Node.EtcdQuorum, EtcdLeads and
+	// EtcdMembers: nil means a client of the member at the node's
+	// address (ownEtcd).
+	quorum  func(ctx context.Context) error
+	leads   func(ctx context.Context) (bool, error)
+	members func(ctx context.Context) ([]etcdmember.Member, error)
+	// etcdPeers: this boot's control plane has other etcd members (its
+	// member joined a cluster, on this boot or before, or others joined
+	// its cluster), so its apiserver starts beside the cluster's RBAC
+	// defaults and every quorum read waits on a peer.
+	etcdPeers bool
+}
 
 // stage is one step of a control plane brought back in order: its static
 // pods start once what it waits for answers, or once bound (0: the node's
@@ -50,41 +70,41 @@ const apiserverTurnBound = 5 * time.Minute
 // wait for: its apiserver starts beside etcd, so the apiserver's own
 // start (most of its CPU on a restart) overlaps etcd's, and the
 // apiserver waits for its etcd to serve.
-func (n *Node) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
-	quorum := stage{waitFor: "etcd quorum on " + n.file.Address, ready: func(ctx context.Context) error {
+func (cp *controlPlane) restartStages(rec etcdmember.Membership, etcd localEtcd, kube kubernetes.Interface) []stage {
+	quorum := stage{waitFor: "etcd quorum on " + cp.env.file.Address, ready: func(ctx context.Context) error {
 		if err := etcd.quorum(ctx); err != nil {
 			return err
 		}
-		n.notePeers(ctx, rec, etcd.members)
+		cp.notePeers(ctx, rec, etcd.members)
 		return nil
 	}}
-	healthy := stage{waitFor: "apiserver healthy on " + n.file.Address, pods: controllerPods,
+	healthy := stage{waitFor: "apiserver healthy on " + cp.env.file.Address, pods: controllerPods,
 		ready: func(ctx context.Context) error {
-			return clustercheck.APIServerReady(ctx, kube, n.rbacAside()...)
+			return clustercheck.APIServerReady(ctx, kube, cp.rbacAside()...)
 		}}
-	if len(n.otherMasters()) == 0 && len(rec.Peers) == 1 {
-		n.Log("the only master of this site: kube-apiserver starts beside etcd")
+	if len(cp.env.otherMasters()) == 0 && len(rec.Peers) == 1 {
+		cp.env.log("the only master of this site: kube-apiserver starts beside etcd")
 		return []stage{quorum, healthy}
 	}
-	turn := stage{waitFor: "the apiserver's turn on " + n.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
-		ready: n.apiserverTurn(etcd.leads), bound: min(n.Wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
+	turn := stage{waitFor: "the apiserver's turn on " + cp.env.file.Address + " (the etcd leader's master starts first, the others once an apiserver is ready)",
+		ready: cp.apiserverTurn(etcd.leads), bound: min(cp.wait, apiserverTurnBound), pods: []string{"kube-apiserver"}}
 	return []stage{quorum, turn, healthy}
 }
 
-// notePeers sets n.etcdPeers when the cluster, read once it has quorum,
+// notePeers sets etcdPeers when the cluster, read once it has quorum,
 // has voting members beside this one that the membership record does not
 // name: the genesis node's record names itself alone, however many
 // masters joined since, and without the peers noted its restored
 // controller-manager would wait minutes for the RBAC defaults' hook
 // after its apiserver serves, while the joined master's does not. A
 // failed list keeps the record's answer.
-func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members func(context.Context) ([]etcdmember.Member, error)) {
-	if n.etcdPeers || members == nil {
+func (cp *controlPlane) notePeers(ctx context.Context, rec etcdmember.Membership, members func(context.Context) ([]etcdmember.Member, error)) {
+	if cp.etcdPeers || members == nil {
 		return
 	}
 	ms, err := members(ctx)
 	if err != nil {
-		n.Log("the etcd member list: %s (going by the membership record: %d member(s))", retry.OneLine(err), len(rec.Peers))
+		cp.env.log("the etcd member list: %s (going by the membership record: %d member(s))", retry.OneLine(err), len(rec.Peers))
 		return
 	}
 	voting := 0
@@ -94,8 +114,8 @@ func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members
 		}
 	}
 	if voting > 1 {
-		n.etcdPeers = true
-		n.Log("etcd has %d voting members (the membership record names %d): this apiserver starts beside the cluster's RBAC defaults", voting, len(rec.Peers))
+		cp.etcdPeers = true
+		cp.env.log("etcd has %d voting members (the membership record names %d): this apiserver starts beside the cluster's RBAC defaults", voting, len(rec.Peers))
 	}
 }
 
@@ -106,7 +126,7 @@ func (n *Node) notePeers(ctx context.Context, rec etcdmember.Membership, members
 // than the turn's bound).
 // One apiserver at a time runs its costly start, while the machines that
 // wait run etcd alone.
-func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
+func (cp *controlPlane) apiserverTurn(leads func(context.Context) (bool, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
 		lead, err := leads(ctx)
 		if err == nil && lead {
@@ -116,7 +136,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 		if err != nil {
 			why = "the etcd leader unknown: " + retry.OneLine(err)
 		}
-		m, doubt := firstMaster(ctx, n.otherMasters(), n.apiAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
+		m, doubt := firstMaster(ctx, cp.env.otherMasters(), cp.api.kubeAt, func(ctx context.Context, kube kubernetes.Interface, _ nodefile.Member) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			return clustercheck.APIServerReady(ctx, kube, clustercheck.RBACDefaultsHook)
@@ -124,7 +144,7 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 		if doubt != nil {
 			return fmt.Errorf("%s, and no other master's apiserver is ready (%s)", why, retry.OneLine(doubt))
 		}
-		n.Log("master %s's apiserver is ready: starting this one", m.Name)
+		cp.env.log("master %s's apiserver is ready: starting this one", m.Name)
 		return nil
 	}
 }
@@ -134,62 +154,40 @@ func (n *Node) apiserverTurn(leads func(context.Context) (bool, error)) func(con
 // without an answer (its bound passed) starts the stage's pods anyway:
 // they serve once what they need does, as they would have started all at
 // once, and the node never stays without its apiserver.
-func (n *Node) startInOrder(ctx context.Context, p manifests.Params, stages []stage) error {
+func (cp *controlPlane) startInOrder(ctx context.Context, p manifests.Params, stages []stage) error {
 	var held []string
 	for _, s := range stages {
 		held = append(held, s.pods...)
 	}
-	if err := n.takeOutStaticPods(held); err != nil {
+	if err := cp.files.takeOutStaticPods(held); err != nil {
 		return err
 	}
-	if err := n.startNode(ctx, p, held); err != nil {
+	if err := cp.files.startNode(ctx, p, held); err != nil {
 		return err
 	}
 	for _, s := range stages {
 		bound := s.bound
 		if bound == 0 {
-			bound = n.Wait
+			bound = cp.wait
 		}
-		err := retry.Wait(ctx, s.waitFor, bound, n.Log, s.ready)
+		err := retry.Wait(ctx, s.waitFor, bound, cp.env.log, s.ready)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err
 		case len(s.pods) == 0:
 			if err != nil {
-				n.Log("going on: %s", retry.OneLine(err))
+				cp.env.log("going on: %s", retry.OneLine(err))
 			}
 			continue
 		case err != nil:
-			n.Log("starting %s anyway: %s", strings.Join(s.pods, ", "), retry.OneLine(err))
+			cp.env.log("starting %s anyway: %s", strings.Join(s.pods, ", "), retry.OneLine(err))
 		}
-		if err := n.writeStaticPods(p, s.pods); err != nil {
+		if err := cp.files.writeStaticPods(p, s.pods); err != nil {
 			return err
 		}
-		n.Log("started %s", strings.Join(s.pods, ", "))
+		cp.env.log("started %s", strings.Join(s.pods, ", "))
 	}
 	return nil
-}
-
-// takeOutStaticPods removes the named pods' manifests, which the agent
-// and the anchors render, from the kubelet's static pod directory before
-// the kubelet starts, so that the kubelet does not start them from the
-// last boot's files.
-func (n *Node) takeOutStaticPods(pods []string) error {
-	dir := n.path(manifests.StaticPodDir)
-	removed := false
-	for _, name := range pods {
-		err := os.Remove(filepath.Join(dir, name+".yaml"))
-		switch {
-		case err == nil:
-			removed = true
-		case !errors.Is(err, os.ErrNotExist):
-			return fmt.Errorf("taking %s out of %s until its turn: %w", name, manifests.StaticPodDir, err)
-		}
-	}
-	if !removed {
-		return nil
-	}
-	return atomicfile.SyncDir(dir)
 }
 
 // localEtcd is what the ordered start asks this node's etcd member:
@@ -200,19 +198,19 @@ type localEtcd struct {
 	members func(context.Context) ([]etcdmember.Member, error) // nil: not asked
 }
 
-// ownEtcd is the check of this node's etcd member (n.EtcdQuorum,
-// n.EtcdLeads and n.EtcdMembers where set: with the first two set, the
+// ownEtcd is the check of this node's etcd member (Node.EtcdQuorum,
+// EtcdLeads and EtcdMembers where set: with the first two set, the
 // members are asked only if the third is), and the client to close after.
-func (n *Node) ownEtcd() (localEtcd, func(), error) {
-	e := localEtcd{quorum: n.EtcdQuorum, leads: n.EtcdLeads, members: n.EtcdMembers}
+func (cp *controlPlane) ownEtcd() (localEtcd, func(), error) {
+	e := localEtcd{quorum: cp.quorum, leads: cp.leads, members: cp.members}
 	if e.quorum != nil && e.leads != nil {
 		return e, func() {}, nil
 	}
-	cfg, err := n.etcdClientTLS()
+	cfg, err := cp.env.etcdClientTLS()
 	if err != nil {
 		return localEtcd{}, nil, err
 	}
-	url := "https://" + net.JoinHostPort(n.file.Address, fmt.Sprint(n.etcdPort()))
+	url := "https://" + net.JoinHostPort(cp.env.file.Address, fmt.Sprint(cp.port))
 	c, err := etcdmember.Dial([]string{url}, cfg)
 	if err != nil {
 		return localEtcd{}, nil, err

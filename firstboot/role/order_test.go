@@ -163,7 +163,7 @@ func TestExistingControlPlaneStartsInOrder(t *testing.T) {
 				n.file.Masters = n.file.Masters[:1]
 				atStart, quorumWith = []string{"etcd", "kube-apiserver"}, "quorum with [etcd kube-apiserver]"
 			}
-			if err := n.startControlPlane(context.Background()); err != nil {
+			if err := n.units().plane.start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(sys.atStart, atStart) || sys.stale {
@@ -234,7 +234,7 @@ func TestAPIServerWaitsForItsTurn(t *testing.T) {
 					return kubernetes.NewForConfig(&rest.Config{Host: ready.URL})
 				}}
 			n.file, n.cat = mustLoad(t, n)
-			if err := n.startControlPlane(context.Background()); err != nil {
+			if err := n.units().plane.start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			lead, _ := tc.leads(context.Background())
@@ -271,7 +271,7 @@ func TestStartInOrderStopsWhenTheBootIsCancelled(t *testing.T) {
 		cancel()
 		return errors.New("not yet")
 	}}}
-	if err := n.startInOrder(ctx, n.params(etcdmember.Genesis("g1", n.file.Address)), stages); err == nil {
+	if err := n.units().plane.startInOrder(ctx, n.units().env.params(etcdmember.Genesis("g1", n.file.Address)), stages); err == nil {
 		t.Fatal("a cancelled wait returned nil")
 	}
 	if present, _ := podsPresent(root); slices.Contains(present, "kube-apiserver") {
@@ -329,7 +329,7 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 			}
 			leaders := 0
 			for i, n := range nodes {
-				etcd, closeEtcd, err := n.ownEtcd()
+				etcd, closeEtcd, err := n.units().plane.ownEtcd()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -367,8 +367,8 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 // plane waits for all of it.
 func TestRBACHookAside(t *testing.T) {
 	for _, peers := range []bool{false, true} {
-		n := &Node{etcdPeers: peers}
-		if got := n.rbacAside(); slices.Contains(got, clustercheck.RBACDefaultsHook) != peers {
+		cp := &controlPlane{etcdPeers: peers}
+		if got := cp.rbacAside(); slices.Contains(got, clustercheck.RBACDefaultsHook) != peers {
 			t.Errorf("beside other etcd members %v: checks aside %v", peers, got)
 		}
 	}

@@ -36,7 +36,7 @@ func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
 			}
 		}
 		return []phase{
-			{Name: "wait", RunIf: func() bool { return !n.stamped("r/join") }, Run: step("wait")},
+			{Name: "wait", RunIf: func() bool { return !n.units().env.stamped("r/join") }, Run: step("wait")},
 			{Name: "join", Once: true, Run: step("join")},
 			{Name: "start", Run: step("start")},
 			{Name: "label", Once: true, Run: step("label")},
@@ -119,13 +119,13 @@ func TestGenesisStartsItsControllersOnceTheAPIServerIsReady(t *testing.T) {
 		}
 		return out
 	}
-	if err := n.startControlPlane(context.Background()); err != nil {
+	if err := n.units().plane.start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := pods(), []string{"etcd", "kiln-node-dns", "kube-apiserver"}; !slices.Equal(got, want) {
 		t.Errorf("static pods after start: %v, want %v", got, want)
 	}
-	if err := n.startControllers(context.Background()); err != nil {
+	if err := n.units().plane.startControllers(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := pods(), []string{"etcd", "kiln-node-dns", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}; !slices.Equal(got, want) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
-	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
 // presence is what a probe of another master's etcd port proves.
@@ -113,23 +112,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// etcdClientTLS is the client side of every etcd connection a master
-// makes: its apiserver-etcd-client pair, trusting only the etcd CA.
-func (n *Node) etcdClientTLS() (*tls.Config, error) {
-	return etcdmember.ReadClientTLS(n.path(nodefile.PKIDir))
-}
-
-// otherMasters are the site's masters other than this node.
-func (n *Node) otherMasters() []nodefile.Member {
-	var out []nodefile.Member
-	for _, m := range n.file.Masters {
-		if m.Name != n.file.Name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // doubt is a master that a survey could not rule out, and why.
 type doubt struct {
 	master nodefile.Member
@@ -181,15 +163,25 @@ func (s surveyed) waitingOn() string {
 
 func oneLineErr(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
+// surveyor owns the probes of the site's other masters' etcd ports:
+// a genesis node's proof that no cluster exists (requireNoCluster), a
+// joining master's wait for one (waitForCluster).
+type surveyor struct {
+	env  nodeEnv
+	port int // the masters' etcd port
+	// bound bounds one probe; 0 means probeBound.
+	bound time.Duration
+}
+
 // survey probes every other master's etcd port.
-func (n *Node) survey(ctx context.Context, cfg *tls.Config) surveyed {
+func (sv surveyor) survey(ctx context.Context, cfg *tls.Config) surveyed {
 	var s surveyed
-	bound := n.probeBound
+	bound := sv.bound
 	if bound == 0 {
 		bound = probeBound
 	}
-	for _, m := range n.otherMasters() {
-		addr := net.JoinHostPort(m.Address, fmt.Sprint(n.etcdPort()))
+	for _, m := range sv.env.otherMasters() {
+		addr := net.JoinHostPort(m.Address, fmt.Sprint(sv.port))
 		switch p, err := probeEtcd(ctx, addr, cfg, bound); p {
 		case present:
 			s.answering = append(s.answering, m)
@@ -200,11 +192,4 @@ func (n *Node) survey(ctx context.Context, cfg *tls.Config) surveyed {
 		}
 	}
 	return s
-}
-
-func (n *Node) etcdPort() int {
-	if n.EtcdPort == 0 {
-		return 2379
-	}
-	return n.EtcdPort
 }

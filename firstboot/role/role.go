@@ -14,24 +14,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/contract/discovery"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/steps"
-	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
-// Node is the role's view of the machine.
+// Node is the role's view of the machine, and what wires a run: its
+// exported fields configure it, Run loads the node file and runs the
+// role's phase list (genesisPhases, masterPhases, workerPhases). The
+// work of each phase is done by the small units it is wired to
+// (units.go), each given only what it needs of the Node.
 type Node struct {
 	Root string
 	Sys  command.Runner // host commands (systemctl)
@@ -62,21 +63,14 @@ type Node struct {
 	// started is when this boot's role began: a Node heartbeat from
 	// before it is a previous boot's.
 	started time.Time
-	// answering are the addresses of the masters whose etcd answered.
-	answering  []string
+	// joinBounds overrides the etcd join's bounds (join.go) in tests.
 	joinBounds joinBounds
 	// probeBound bounds one probe of another master's etcd port; 0
 	// means probeBound.
 	probeBound time.Duration
-	// beacon answers genesis surveys while this master waits to join
-	// (beacon.go); beaconFailed: its start failed once and said so.
-	beacon       *beacon
-	beaconFailed bool
-	// etcdPeers: this boot's control plane has other etcd members (its
-	// member joined a cluster, on this boot or before, or others joined
-	// its cluster), so its apiserver starts beside the cluster's RBAC
-	// defaults and every quorum read waits on a peer.
-	etcdPeers bool
+	// u are this run's units (units.go), wired on first use, once the
+	// node file is loaded.
+	u *units
 }
 
 // StampDir holds the one-shot steps' stamps, on the state partition.
@@ -102,7 +96,7 @@ func (n *Node) Run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	n.file, n.cat, n.started = loaded.file, loaded.cat, time.Now()
+	n.file, n.cat, n.started, n.u = loaded.file, loaded.cat, time.Now(), nil
 	switch n.file.Role {
 	case nodefile.RoleGenesis:
 		return n.runGenesis(ctx)
@@ -124,7 +118,7 @@ type phase = steps.Step
 // path (master/etcd-join: ...); the node was restored when every
 // one-shot phase was stamped before this boot.
 func (n *Node) runRole(ctx context.Context, role, how string, phases []phase) (Result, error) {
-	r := steps.Runner{Parent: role, Stamps: stampFiles(n.path(StampDir))}
+	r := steps.Runner{Parent: role, Stamps: stampFiles(filepath.Join(n.Root, StampDir))}
 	if r.AllDone(phases) {
 		how = "restored"
 	}
@@ -139,126 +133,16 @@ type loaded struct {
 // loadFiles reads the node file (from the config) and the catalog (from
 // the image).
 func loadFiles(n *Node) (loaded, error) {
-	f, err := nodefile.Read(n.path(nodefile.Path))
+	f, err := nodefile.Read(filepath.Join(n.Root, nodefile.Path))
 	if err != nil {
 		return loaded{}, err
 	}
-	c, err := catalog.Read(n.path(catalog.Path))
+	c, err := catalog.Read(filepath.Join(n.Root, catalog.Path))
 	if err != nil {
 		return loaded{}, err
 	}
 	return loaded{f, c}, nil
 }
-
-// params are the manifests' parameters for this node with its etcd
-// membership (zero for a worker).
-func (n *Node) params(m etcdmember.Membership) manifests.Params {
-	return manifests.ForNode(*n.file, n.cat.Manifests(), m)
-}
-
-// afterPromotion are the components a joining master starts only once
-// its etcd member votes: its apiserver talks to the local member, which
-// must never be a learner.
-var afterPromotion = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-
-// startNode writes the node's files (kubelet config and environment,
-// static pods but those named in hold, etcd's configuration unless etcd
-// is held, node-local DNS, the host resolver) and starts the kubelet.
-func (n *Node) startNode(ctx context.Context, p manifests.Params, hold []string) error {
-	files, err := manifests.Files(p)
-	if err != nil {
-		return err
-	}
-	files = slices.DeleteFunc(files, func(f manifests.File) bool {
-		if f.Path == manifests.EtcdConfigPath {
-			return slices.Contains(hold, "etcd") // no membership to render yet
-		}
-		name, ok := staticPodName(f)
-		return ok && slices.Contains(hold, name)
-	})
-	files = append(files,
-		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(n.kubeletEnv())},
-		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
-	)
-	for _, f := range files {
-		if err := atomicfile.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
-			return fmt.Errorf("writing %s: %w", f.Path, err)
-		}
-	}
-	if err := n.seedZone(); err != nil {
-		return err
-	}
-	if err := n.ensureNodeLocalAddress(ctx); err != nil {
-		return err
-	}
-	n.restoreCNI()
-	n.Log("node files written: kubelet config, %d static pod(s), node-local DNS at %s", countPods(files), discovery.NodeLocalAddress)
-	if _, err := n.Sys.Run(ctx, "systemctl", "start", "--no-block", "kubelet.service"); err != nil {
-		return fmt.Errorf("starting the kubelet: %w", err)
-	}
-	n.Log("kubelet started (images are imported into containerd first)")
-	return nil
-}
-
-// seedZone puts the zone kiln gen wrote into the live zone file, unless
-// the CoreDNS anchor already keeps a newer one there.
-func (n *Node) seedZone() error {
-	live := n.path(manifests.ZoneFile)
-	if _, err := os.Stat(live); err == nil {
-		return nil
-	}
-	seed, err := os.ReadFile(n.path(nodefile.ZonePath))
-	if err != nil {
-		return fmt.Errorf("the discovery zone kiln gen seeds: %w", err)
-	}
-	return atomicfile.WriteFile(live, seed, 0o644, nil)
-}
-
-// hostResolvConf sends the host's lookups to the node-local CoreDNS,
-// which answers the discovery name and forwards the rest.
-const hostResolvConf = "# written by kiln: the node-local CoreDNS answers the apiserver name and forwards the rest\nnameserver " +
-	discovery.NodeLocalAddress + "\noptions timeout:2 attempts:3\n"
-
-// writeStaticPods writes the static pods named in pods; the kubelet
-// started by startNode picks them up from its manifest directory.
-func (n *Node) writeStaticPods(p manifests.Params, pods []string) error {
-	files, err := manifests.Files(p)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if name, ok := staticPodName(f); ok && slices.Contains(pods, name) {
-			if err := atomicfile.WriteFile(n.path(f.Path), f.Content, 0o644, nil); err != nil {
-				return fmt.Errorf("writing %s: %w", f.Path, err)
-			}
-		}
-	}
-	return nil
-}
-
-// staticPodName is the pod a file of the static pod directory holds.
-func staticPodName(f manifests.File) (string, bool) {
-	if filepath.Dir(f.Path) != manifests.StaticPodDir {
-		return "", false
-	}
-	return strings.TrimSuffix(filepath.Base(f.Path), ".yaml"), true
-}
-
-func countPods(files []manifests.File) int {
-	c := 0
-	for _, f := range files {
-		if filepath.Dir(f.Path) == manifests.StaticPodDir {
-			c++
-		}
-	}
-	return c
-}
-
-func (n *Node) path(p string) string { return filepath.Join(n.Root, p) }
-
-// stamped reports whether the one-shot phase at path (master/etcd-join)
-// succeeded on an earlier boot.
-func (n *Node) stamped(path string) bool { return stampFiles(n.path(StampDir)).Done(path) }
 
 // stampFiles are the one-shot phases' stamps: a file per phase path
 // under the directory, holding the time it succeeded.

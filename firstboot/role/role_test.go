@@ -261,7 +261,7 @@ func TestGenesisProceedsWhenNoEtcdAnswers(t *testing.T) {
 	// freePort: nothing listens there
 	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Second, EtcdPort: freePort(t), Log: func(string, ...any) {}}
 	n.file, n.cat = mustLoad(t, n)
-	if err := n.requireNoCluster(context.Background()); err != nil {
+	if err := n.units().survey.requireNoCluster(context.Background()); err != nil {
 		t.Fatalf("no etcd answers, yet: %v", err)
 	}
 }
@@ -357,7 +357,7 @@ func TestMasterWaitsForItsImages(t *testing.T) {
 		{[]string{"activating"}, 3 * time.Second, "the node's images (kiln-images.service): gave up after 3s: kiln-images.service is activating"},
 	} {
 		n := &Node{Sys: &scripted{states: tc.states}, Wait: tc.bound, Log: func(string, ...any) {}}
-		err := n.waitImages(context.Background())
+		err := waitImages(context.Background(), n.Sys, n.Wait, n.Log)
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%v: %v, want %q", tc.states, err, tc.wantErr)
 		}

@@ -37,7 +37,7 @@ import (
 func TestKubeletClientCertRotatesOnARealControlPlane(t *testing.T) {
 	cp := startRealControlPlane(t)
 	ctx := context.Background()
-	if err := cp.cluster.applyAddOns(ctx, cp.node.params(etcdmember.Membership{})); err != nil {
+	if err := cp.cluster.applyAddOns(ctx, cp.node.units().env.params(etcdmember.Membership{})); err != nil {
 		t.Fatal(err)
 	}
 	startControllerManager(t, cp)
@@ -121,7 +121,7 @@ func TestKubeletClientCertRotatesOnARealControlPlane(t *testing.T) {
 // approve certificate requests.
 func startControllerManager(t *testing.T, cp *realControlPlane) {
 	t.Helper()
-	p := cp.node.params(etcdmember.Membership{})
+	p := cp.node.units().env.params(etcdmember.Membership{})
 	flags := manifests.ControllerManager(p).Spec.Containers[0].Command[1:]
 	kc := localKubeconfig(t, cp.root, nodefile.KubeconfigDir+"/controller-manager.conf", cp.apiPort)
 	args := hostArgs(cp.root, flags, map[string]string{

@@ -114,7 +114,7 @@ func m2BeaconTLS(t *testing.T, files map[string][]byte) *tls.Config {
 func TestGenesisWaitsOutATimeoutAndBootstrapsOnceTheMasterRefuses(t *testing.T) {
 	m2 := newM2Prober(t, 1, nil)
 	n, log := genesisBeside(t, m2.port())
-	if err := n.requireNoCluster(context.Background()); err != nil {
+	if err := n.units().survey.requireNoCluster(context.Background()); err != nil {
 		t.Fatalf("m2 timed out once, then refused: %v", err)
 	}
 	want := fmt.Sprintf("genesis: waiting to rule out m2 (127.0.0.1:%d): ", m2.port())
@@ -140,7 +140,7 @@ func TestGenesisRulesOutAMasterThatAnswersAsWaiting(t *testing.T) {
 			os.WriteFile(filepath.Join(n.Root, p), data, 0o600)
 		}
 	}
-	if err := n.requireNoCluster(context.Background()); err != nil {
+	if err := n.units().survey.requireNoCluster(context.Background()); err != nil {
 		t.Fatalf("m2 timed out once, then answered as waiting: %v", err)
 	}
 	if !logHas(*log, "genesis: master m2 answers as waiting to join, with no etcd member: ruled out") {
@@ -155,7 +155,7 @@ func TestGenesisRefusesAWaitingAnswerFromAnotherPKI(t *testing.T) {
 	b := &beacon{cfg: m2BeaconTLS(t, other)}
 	m2 := newM2Prober(t, 0, b.answer)
 	n, _ := genesisBeside(t, m2.port())
-	err := n.requireNoCluster(context.Background())
+	err := n.units().survey.requireNoCluster(context.Background())
 	if err == nil || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "not from this site's etcd CA") {
 		t.Fatalf("got %v, want the foreign PKI refused", err)
 	}
@@ -168,7 +168,7 @@ func TestGenesisNeverBootstrapsWhileAMasterTimesOut(t *testing.T) {
 	n, _ := genesisBeside(t, m2.port())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := n.requireNoCluster(ctx)
+	err := n.units().survey.requireNoCluster(ctx)
 	if err == nil || errors.Is(err, errClusterExists) || !strings.Contains(err.Error(), "master m2 (127.0.0.1:") {
 		t.Fatalf("got %v, want the wait to end only with its context, naming m2", err)
 	}
@@ -189,9 +189,10 @@ func TestWaitingMasterAnswersSurveysUntilTheClusterAnswers(t *testing.T) {
 	n := &Node{Root: root, Sys: &recorder{}, Wait: time.Minute, EtcdPort: port, probeBound: time.Second, Log: func(string, ...any) {}}
 	n.file, n.cat = mustLoad(t, n)
 	done := make(chan error, 1)
-	go func() { done <- n.waitForCluster(context.Background()) }()
+	u := n.units() // wired before the wait's goroutine shares them
+	go func() { done <- u.join.waitForCluster(context.Background()) }()
 
-	cfg, err := n.etcdClientTLS() // g1's client pair is the same site's
+	cfg, err := u.env.etcdClientTLS() // g1's client pair is the same site's
 	if err != nil {
 		t.Fatal(err)
 	}

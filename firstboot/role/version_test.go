@@ -63,7 +63,7 @@ func TestPublishVersion(t *testing.T) {
 			n.file, n.cat = mustLoad(t, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			if err := n.publishVersion(ctx); err != nil {
+			if err := n.units().kubelet.publishVersion(ctx); err != nil {
 				t.Fatalf("publishVersion failed the role: %v", err)
 			}
 			if got != tc.want {

@@ -1,0 +1,112 @@
+package role
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/nodelabels"
+	"github.com/kiln-project/kiln/internal/retry"
+)
+
+// asKubelet owns what this node does through its kubelet's credentials
+// (every node, a worker only so): its wait for its own Ready, the labels
+// it asks a master for, the kiln version on its Node.
+type asKubelet struct {
+	env   nodeEnv
+	api   clients
+	local nodeLocal
+	cni   *podNetwork
+	wait  time.Duration
+	// version is Node.Version: "" publishes nothing.
+	version string
+}
+
+// waitReadyAsKubelet waits until the node's own Node is Ready, asked as
+// its kubelet, seeing meanwhile to its CNI file and node-local address.
+func (k asKubelet) waitReadyAsKubelet(ctx context.Context) error {
+	kube, err := k.api.kubelet()
+	if err != nil {
+		return err
+	}
+	keep := k.local.keep()
+	return retry.Wait(ctx, "node "+k.env.file.Name+" Ready", k.wait, k.env.log, func(ctx context.Context) error {
+		err := rejected(k.cni.selfReady(ctx, kube))
+		if err != nil {
+			keep(ctx) // this client and the kubelet reach the apiservers through it
+		}
+		return err
+	})
+}
+
+// requestLabels annotates the Node with the site's labels NodeRestriction
+// keeps a kubelet from setting (node-role.kubernetes.io/worker, ...); a
+// master's controller-manager anchor applies them.
+func (k asKubelet) requestLabels(ctx context.Context) error {
+	r := restrictedLabels(k.env.file)
+	if len(r) == 0 {
+		return nil
+	}
+	kube, err := k.api.kubelet()
+	if err != nil {
+		return err
+	}
+	err = retry.Wait(ctx, "labels requested on node "+k.env.file.Name, k.wait, k.env.log, func(ctx context.Context) error {
+		return rejected(nodelabels.Request(ctx, kube, k.env.file.Name, r))
+	})
+	if err == nil {
+		k.env.log("labels %v requested; a master applies them (NodeRestriction forbids a kubelet setting them)", r)
+	}
+	return err
+}
+
+// rejected makes an answer that no retry changes final: the cluster
+// refuses this node's client certificate, or the apiserver's certificate
+// is not from this node's CA (the node belongs to another site's PKI).
+func rejected(err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return retry.Final(fmt.Errorf("%w: %w", errCertRejected, err))
+	case errors.As(err, &unknownCA):
+		return retry.Final(fmt.Errorf("the apiserver's certificate is not from this site's CA: %w", err))
+	}
+	return err
+}
+
+// publishVersionBound bounds publishing the version: kiln node list's
+// column is not worth holding a boot for.
+const publishVersionBound = 2 * time.Minute
+
+// publishVersion annotates the node's own Node with the kiln version it
+// runs (nodefile.VersionAnnotation), as its kubelet (NodeRestriction lets
+// a kubelet annotate its own Node), on every boot: a re-imaged machine
+// shows its new image. A failure is said and does not fail the role.
+func (k asKubelet) publishVersion(ctx context.Context) error {
+	if k.version == "" {
+		return nil
+	}
+	kube, err := k.api.kubelet()
+	if err == nil {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: k.version}}})
+		err = retry.Wait(ctx, "kiln version published on node "+k.env.file.Name, publishVersionBound, k.env.log, func(ctx context.Context) error {
+			_, err := kube.CoreV1().Nodes().Patch(ctx, k.env.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if apierrors.IsForbidden(err) {
+				return retry.Final(err) // no retry changes a refusal
+			}
+			return rejected(err)
+		})
+	}
+	if err != nil {
+		k.env.log("the kiln version is not on Node %s (kiln node list shows none): %v", k.env.file.Name, err)
+	}
+	return nil
+}
