@@ -102,6 +102,11 @@ func (ca *testCA) pem() []byte {
 
 // tlsServer serves "ok" over HTTPS with a certificate ca issued.
 func (ca *testCA) tlsServer(t *testing.T) *httptest.Server {
+	return ca.tlsServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+}
+
+// tlsServe serves h over HTTPS with a certificate ca issued.
+func (ca *testCA) tlsServe(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kiln serve"},
@@ -111,7 +116,7 @@ func (ca *testCA) tlsServer(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
 	srv.StartTLS()
@@ -219,8 +224,15 @@ type fakeServe struct {
 	names  []string
 }
 
-func (f *fakeServe) start(t *testing.T) string {
+func (f *fakeServe) start(t *testing.T) string { return f.startWithCA(t, nil) }
+
+// startWithCA serves ca at /ca.crt too.
+func (f *fakeServe) startWithCA(t *testing.T, ca []byte) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == netboot.CAPath && ca != nil {
+			w.Write(ca)
+			return
+		}
 		name, ok := strings.CutPrefix(r.URL.Path, netboot.ReportPath)
 		var rep struct{ Phase, At string }
 		dec := json.NewDecoder(r.Body)
@@ -341,5 +353,37 @@ func TestRunRoleReports(t *testing.T) {
 	if len(phases) != 2 || !strings.HasPrefix(phases[0], "role worker: error: ") || !strings.Contains(phases[0], "Kubernetes v1.36.4") ||
 		phases[1] != "role worker: running" || !slices.Equal(names, []string{"w1", "w1"}) {
 		t.Errorf("server got %q for %q", phases, names)
+	}
+}
+
+// The whole boot: the agent trusts the pinned CA, fetches its config over
+// HTTPS from a server of that CA, and reports to kiln serve once the
+// applied config names the node.
+func TestAgentFetchesOverThePinnedCAAndReports(t *testing.T) {
+	siteCA := newTestCA(t, "site CA")
+	cfg := `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,w7"}}]}}`
+	tlsSrv := siteCA.tlsServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/config/w7.ign" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, cfg)
+	}))
+	var fake fakeServe
+	base := fake.startWithCA(t, siteCA.pem())
+	root := nodeRoot(t, "")
+	cmdline := "console=ttyS0 ignition.config.url=" + tlsSrv.URL + "/config/w7.ign kiln.serve.ca=" + netboot.CAPin(siteCA.cert.Raw) + " kiln.serve.url=" + base + "\n"
+	os.WriteFile(filepath.Join(root, "/proc/cmdline"), []byte(cmdline), 0o644)
+	out, err, st := runAgent(t, root)
+	if err != nil || st.State != "done" || st.Source != "url" {
+		t.Fatalf("%v, status %+v\n%s", err, st, out)
+	}
+	if !strings.Contains(out, "kiln-firstboot: trusting kiln serve's CA site CA (sha256-") {
+		t.Errorf("console does not say the CA is trusted:\n%s", out)
+	}
+	phases, names := fake.got()
+	slices.Sort(phases)
+	if !slices.Equal(phases, []string{"firstboot: config applied", "firstboot: done"}) || !slices.Equal(names, []string{"w7", "w7"}) {
+		t.Errorf("kiln serve got %q for %q", phases, names)
 	}
 }
