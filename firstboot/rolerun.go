@@ -57,14 +57,14 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 
 // rolePhase is what kiln serve is told of the role's state: "role
 // worker: running worker/kubelet", "role worker: done", "role worker:
-// error: <why>".
+// error: <why>" (the error names the phase).
 func rolePhase(r *RoleStatus) string {
 	p := "role " + r.Name + ": " + r.State
-	if r.Phase != "" {
-		p += " " + r.Phase
-	}
-	if r.Error != "" {
+	switch {
+	case r.Error != "":
 		p += ": " + oneLine(r.Error)
+	case r.Phase != "":
+		p += " " + r.Phase
 	}
 	return p
 }

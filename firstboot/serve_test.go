@@ -387,3 +387,19 @@ func TestAgentFetchesOverThePinnedCAAndReports(t *testing.T) {
 		t.Errorf("kiln serve got %q for %q", phases, names)
 	}
 }
+
+func TestRolePhase(t *testing.T) {
+	for _, tc := range []struct {
+		r    RoleStatus
+		want string
+	}{
+		{RoleStatus{Name: "worker", State: "running"}, "role worker: running"},
+		{RoleStatus{Name: "worker", State: "running", Phase: "worker/kubelet"}, "role worker: running worker/kubelet"},
+		{RoleStatus{Name: "master", State: "error", Phase: "master/etcd-join", Error: "master/etcd-join: no\nquorum"}, "role master: error: master/etcd-join: no quorum"},
+		{RoleStatus{Name: "genesis", State: "done"}, "role genesis: done"},
+	} {
+		if got := rolePhase(&tc.r); got != tc.want {
+			t.Errorf("rolePhase(%+v) = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}
