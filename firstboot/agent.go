@@ -8,6 +8,7 @@ package firstboot
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,11 @@ type Agent struct {
 	status   Status
 	settings imageconf.Settings
 	fetcher  *source.Fetcher
+	// roots are the image's CA bundles over the system roots; nil: none.
+	roots *x509.CertPool
+	serve serveArgs
+	// reports go to kiln serve (kiln.serve.url=); nil: nowhere.
+	reports *reporter
 }
 
 const (
@@ -65,6 +71,8 @@ const (
 func (a *Agent) Run(ctx context.Context) error {
 	a.status = Status{State: "running", BootID: a.bootID()}
 	a.console("start boot_id=%s%s", a.status.BootID, processTimes(a.Root))
+	a.readServeArgs()
+	defer a.reports.wait()
 	a.writeStatus()
 	err := a.run(ctx)
 	if err != nil {
@@ -88,6 +96,7 @@ func (a *Agent) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.trustServeCA(ctx)
 	name, raw, err := a.config(ctx, haveState)
 	if err != nil {
 		return err
@@ -214,6 +223,8 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	a.step("config applied")
+	a.reports.setName(appliedName(a.Root))
+	a.reports.report("firstboot: config applied")
 	if touchesNetwork(v.plan) {
 		if err := a.reloadNetwork(ctx); err != nil {
 			return fmt.Errorf("applying the config's network files: %w", err)
@@ -272,7 +283,7 @@ func (a *Agent) loadSettings() error {
 	if err != nil {
 		return err
 	}
-	a.settings, a.fetcher = s, source.NewFetcher(a.logf)
+	a.settings, a.fetcher, a.roots = s, source.NewFetcher(a.logf), roots
 	a.fetcher.TrustRoots(roots)
 	return nil
 }

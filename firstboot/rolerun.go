@@ -24,24 +24,49 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	logf := func(format string, args ...any) { fmt.Fprintf(console, prefix+format+"\n", args...) }
 	st := readStatus(root)
 	name := "unknown"
+	args, _ := readServeArgs(root) // the agent said what is wrong with them
+	reports := newReporter(args.URL, logf)
+	defer reports.wait()
 	if f, err := nodefile.Read(filepath.Join(root, nodefile.Path)); err == nil {
 		name = f.Role
+		reports.setName(f.Name)
 	}
 	st.Role = &RoleStatus{Name: name, State: "running"}
-	writeStatusFile(root, st, logf)
-	n := &role.Node{Root: root, Sys: sys, Log: logf, Wait: wait, Version: version}
+	write := func() {
+		writeStatusFile(root, st, logf)
+		reports.report(rolePhase(st.Role))
+	}
+	write()
+	n := &role.Node{Root: root, Sys: sys, Log: logf, Wait: wait, Version: version, Phase: func(path string) {
+		st.Role.Phase = path
+		write()
+	}}
 	start := time.Now()
 	res, err := runChecked(ctx, root, n)
 	if err != nil {
 		st.Role.State, st.Role.Error = "error", err.Error()
-		writeStatusFile(root, st, logf)
+		write()
 		logf("error: role %s: %s", name, oneLine(err.Error()))
 		return err
 	}
-	st.Role.State, st.Role.Restored = "done", res.How == "restored"
-	writeStatusFile(root, st, logf)
+	st.Role.State, st.Role.Restored, st.Role.Phase = "done", res.How == "restored", ""
+	write()
 	logf("done role=%s (%s in %s)", res.Role, res.How, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// rolePhase is what kiln serve is told of the role's state: "role
+// worker: running worker/kubelet", "role worker: done", "role worker:
+// error: <why>" (the error names the phase).
+func rolePhase(r *RoleStatus) string {
+	p := "role " + r.Name + ": " + r.State
+	switch {
+	case r.Error != "":
+		p += ": " + oneLine(r.Error)
+	case r.Phase != "":
+		p += " " + r.Phase
+	}
+	return p
 }
 
 // runChecked runs the role once the node file is known to fit the image.

@@ -24,6 +24,8 @@ type RoleStatus struct {
 	State    string `json:"state"` // running, done, error
 	Restored bool   `json:"restored,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Phase is the phase running or failed ("worker/kubelet").
+	Phase string `json:"phase,omitempty"`
 }
 
 const (
@@ -31,4 +33,12 @@ const (
 	firstBootFlag = layout.FirstBootFlag
 )
 
-func (a *Agent) writeStatus() { writeStatusFile(a.Root, a.status, a.logf) }
+// writeStatus writes status.json and reports the state to kiln serve.
+func (a *Agent) writeStatus() {
+	writeStatusFile(a.Root, a.status, a.logf)
+	phase := "firstboot: " + a.status.State
+	if a.status.Error != "" {
+		phase += ": " + oneLine(a.status.Error)
+	}
+	a.reports.report(phase)
+}

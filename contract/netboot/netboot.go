@@ -32,6 +32,15 @@ const (
 	// ServeCAArg pins the CA of kiln serve's HTTPS listener: sha256-<hex>
 	// of the CA certificate (DER), as CAPin makes it.
 	ServeCAArg = "kiln.serve.ca"
+	// ServeURLArg is kiln serve's plain-HTTP base URL
+	// (http://<host>:<port>): the agent fetches the CA from <url>/ca.crt
+	// (CAPath) and reports its phases to <url>/report/<node name>.
+	ServeURLArg = "kiln.serve.url"
+	// CAPath is where kiln serve serves the site CA certificate (PEM).
+	CAPath = "/ca.crt"
+	// ReportPath, then the node's name, is where a node POSTs its
+	// first-boot phase: {"phase": "...", "at": "<RFC 3339>"}.
+	ReportPath = "/report/"
 )
 
 // FileDigest identifies one file by path, sha256 and size; the manifest

@@ -20,10 +20,11 @@ import (
 
 // A role cut short resumes at its first unstamped one-shot phase; the
 // every-boot phases run again; an error names the phase path; a role is
-// restored only when every one-shot phase was stamped before.
+// restored only when every one-shot phase was stamped before. Phase is
+// told each phase that starts.
 func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
-	n := &Node{Root: t.TempDir()}
-	var ran []string
+	var ran, told []string
+	n := &Node{Root: t.TempDir(), Phase: func(path string) { told = append(told, path) }}
 	fail := "join"
 	phases := func() []phase {
 		step := func(name string) func(context.Context) error {
@@ -51,10 +52,13 @@ func TestPhasesResumeAfterAnInterruptedBoot(t *testing.T) {
 		{fail: "", want: "start label", how: "joined"},
 		{fail: "", want: "start", how: "restored"},
 	} {
-		ran, fail = nil, tc.fail
+		ran, told, fail = nil, nil, tc.fail
 		res, err := n.runRole(context.Background(), "r", "joined", phases())
 		if got := strings.Join(ran, " "); got != tc.want || res.How != tc.how {
 			t.Errorf("boot %d: ran %q (%s), want %q (%s)", i+1, got, res.How, tc.want, tc.how)
+		}
+		if got, want := strings.Join(told, " "), "r/"+strings.ReplaceAll(tc.want, " ", " r/"); got != want {
+			t.Errorf("boot %d: Phase told %q, want %q", i+1, got, want)
 		}
 		if (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
 			t.Errorf("boot %d: error %v, want %q", i+1, err, tc.err)

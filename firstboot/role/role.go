@@ -57,6 +57,9 @@ type Node struct {
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string
+	// Phase is told the path of each phase as it starts
+	// ("master/etcd-join"); nil: nobody.
+	Phase func(path string)
 
 	file *nodefile.NodeFile
 	cat  *catalog.Catalog
@@ -119,6 +122,13 @@ type phase = steps.Step
 // one-shot phase was stamped before this boot.
 func (n *Node) runRole(ctx context.Context, role, how string, phases []phase) (Result, error) {
 	r := steps.Runner{Parent: role, Stamps: stampFiles(filepath.Join(n.Root, StampDir))}
+	if n.Phase != nil {
+		r.Progress = func(ev steps.Event) {
+			if ev.Kind == steps.Started {
+				n.Phase(r.PathOf(ev.Name))
+			}
+		}
+	}
 	if r.AllDone(phases) {
 		how = "restored"
 	}

@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,7 +30,8 @@ func (s *Server) Handler(secure bool) http.Handler {
 	mux.HandleFunc("GET /image/{pin}/{file}", s.image)
 	mux.HandleFunc("GET /status.json", s.statusJSON)
 	mux.HandleFunc("GET /{$}", s.statusPage)
-	mux.HandleFunc("POST /report/{name}", s.report)
+	mux.HandleFunc("POST "+netboot.ReportPath+"{name}", s.report)
+	mux.HandleFunc("GET "+netboot.CAPath, s.caCert)
 	if secure {
 		mux.HandleFunc("POST /arm/{name}", s.arm)
 	} else {
@@ -112,6 +114,7 @@ func (s *Server) script(r *http.Request, n *node) string {
 	if s.tls != nil {
 		args = append(args, netboot.ServeCAArg+"="+s.tls.pin)
 	}
+	args = append(args, netboot.ServeURLArg+"="+s.plainURL(r))
 	return fmt.Sprintf(`#!ipxe
 # kiln serve, site %s: node %s (%s), image %s
 kernel %s/%s %s
@@ -133,6 +136,31 @@ func (s *Server) configURL(r *http.Request, n *node) string {
 	}
 	_, port, _ := net.SplitHostPort(s.tlsLn.Addr().String())
 	return (&url.URL{Scheme: "https", Host: net.JoinHostPort(host, port), Path: path}).String()
+}
+
+// plainURL is the server's plain-HTTP base URL as the request reached
+// it: where the agent fetches the CA and reports its phases.
+func (s *Server) plainURL(r *http.Request) string {
+	if r.TLS == nil || s.ln == nil {
+		return "http://" + r.Host
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(r.Host); err == nil {
+		host = h
+	}
+	_, port, _ := net.SplitHostPort(s.ln.Addr().String())
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}).String()
+}
+
+// caCert serves the site CA certificate the HTTPS listener chains to
+// (public): the agent checks it against kiln.serve.ca= and trusts it.
+func (s *Server) caCert(w http.ResponseWriter, r *http.Request) {
+	if s.tls == nil {
+		http.Error(w, "kiln serve: no HTTPS (the PKI has no CA key), so no CA to serve", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	pem.Encode(w, &pem.Block{Type: "CERTIFICATE", Bytes: s.tls.ca.Raw})
 }
 
 // config serves a node's Ignition config: a worker's always, a genesis

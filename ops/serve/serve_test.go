@@ -272,7 +272,8 @@ func TestNodeScriptPicksTheNodeByMAC(t *testing.T) {
 					"ignition.config.url="+r.tlsBase+"/config/"+c.node+".ign",
 					"kiln.config.hash="+configHash(t, c.node),
 					"kiln.rootfs.hash="+r.rootfsHash(t, cfg.Image),
-					"kiln.serve.ca="+pin)
+					"kiln.serve.ca="+pin,
+					"kiln.serve.url="+r.base)
 				kernel := "kernel " + img + "/vmlinuz " + strings.Join(wantArgs, " ") + "\n"
 				if !strings.Contains(body, kernel) || !strings.Contains(body, "initrd "+img+"/initrd.img\nboot\n") {
 					t.Errorf("MAC %s: script\n%s\nwant kernel line\n%s", mac, body, kernel)
@@ -434,6 +435,30 @@ func TestTLSCertificateChainsToTheSiteCAAndTheScriptPinsIt(t *testing.T) {
 	if !strings.Contains(body, "kernel "+r.tlsBase+"/image/") {
 		t.Errorf("script over HTTPS does not boot from the HTTPS listener:\n%s", body)
 	}
+	if !strings.Contains(body, " kiln.serve.url="+r.base+"\n") {
+		t.Errorf("script over HTTPS: want kiln.serve.url=%s (the plain listener):\n%s", r.base, body)
+	}
+}
+
+// The CA at /ca.crt, on either listener, is the one the script pins.
+func TestCACertIsThePinnedCA(t *testing.T) {
+	_, _, pkiDir := generated(t)
+	r := start(t, config(t))
+	pin, _ := caPin(t, pkiDir)
+	_, script := get(t, nil, r.base+"/ipxe?mac=52-54-00-10-00-21")
+	if !strings.Contains(script, " kiln.serve.ca="+pin) {
+		t.Fatalf("script does not pin %s:\n%s", pin, script)
+	}
+	for _, url := range []string{r.base + "/ca.crt", r.tlsBase + "/ca.crt"} {
+		code, body := get(t, tlsClient(t, pkiDir, ""), url)
+		block, rest := pem.Decode([]byte(body))
+		if code != 200 || block == nil || block.Type != "CERTIFICATE" || len(strings.TrimSpace(string(rest))) != 0 {
+			t.Fatalf("GET %s = %d\n%s\nwant one PEM certificate", url, code, body)
+		}
+		if got := netboot.CAPin(block.Bytes); got != pin {
+			t.Errorf("GET %s: a CA whose pin is %s, the script pins %s", url, got, pin)
+		}
+	}
 }
 
 func TestNoCAKeyServesPlainHTTPOnly(t *testing.T) {
@@ -447,7 +472,11 @@ func TestNoCAKeyServesPlainHTTPOnly(t *testing.T) {
 		t.Errorf("TLS() = %v, %q with no ca.key; TLSAddr %v", ok, why, r.TLSAddr())
 	}
 	_, body := get(t, nil, r.base+"/ipxe?mac=52-54-00-10-00-21")
-	if strings.Contains(body, "kiln.serve.ca=") || !strings.Contains(body, "ignition.config.url="+r.base+"/config/w1.ign") {
+	if strings.Contains(body, "kiln.serve.ca=") || !strings.Contains(body, "ignition.config.url="+r.base+"/config/w1.ign") ||
+		!strings.Contains(body, " kiln.serve.url="+r.base) {
 		t.Errorf("plain-only script:\n%s", body)
+	}
+	if code, body := get(t, nil, r.base+"/ca.crt"); code != http.StatusNotFound {
+		t.Errorf("GET /ca.crt without HTTPS = %d %s, want 404", code, body)
 	}
 }
