@@ -2,6 +2,8 @@ package qemutests
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"net"
@@ -9,10 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kiln-project/kiln/builder/gobuild"
+	"github.com/kiln-project/kiln/firstboot/role"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -174,3 +179,101 @@ func etcdBinary(t *testing.T) string {
 	}
 	return bins["etcd"]
 }
+
+// Issue 55 on one machine, on every host (make test's three-VM scenario
+// holds m2's port only where the host runs two masters): the genesis
+// node's site names a second master m2 at the host (10.0.2.2), whose
+// etcd port first accepts and says nothing (the probe times out: a busy
+// machine, a blocked switch port). The genesis node must not bootstrap,
+// must say whom it waits for, and must rule m2 out once m2 answers as a
+// master waiting to join (the banner, over TLS with m2's etcd serving
+// certificate, asking for a client certificate of the site's etcd CA).
+func TestGenesisWaitsOutAMasterThatTimesOut(t *testing.T) {
+	out := outDir(t)
+	dir := logDir(t, out)
+	cfgs := configs(t, cluster.GenesisSite(true))
+	m2 := hostWaitingMaster(t, cfgs["m2"])
+	disk := filepath.Join(dir, "state.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "2G")
+	v := startVM(t, vm.Config{Name: "survey", Dir: dir, Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true, MAC: cluster.GenesisMAC,
+		ISO: filepath.Join(out, "node.iso"), Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Ignition: cfgs["g1"]})
+	line := waitLine(t, v, `genesis: waiting to rule out m2|bootstrapping is safe|kiln-firstboot: (done role=|error: role)`)
+	if !strings.Contains(line, "genesis: waiting to rule out m2 (10.0.2.2:2379): ") || !strings.Contains(line, "not bootstrapping while a cluster may exist") {
+		t.Fatalf("got %q, want the genesis node to wait for m2, whose port times out", line)
+	}
+	t.Logf("while m2 timed out: %s", line)
+	m2.answer()
+	line = waitLine(t, v, `genesis: master m2 answers as waiting|bootstrapping is safe|kiln-firstboot: (done role=|error: role)`)
+	if !strings.Contains(line, "genesis: master m2 answers as waiting to join, with no etcd member: ruled out") {
+		t.Fatalf("got %q, want m2 ruled out by its waiting answer", line)
+	}
+	t.Logf("once m2 answered: %s", waitLine(t, v, `bootstrapping is safe`))
+}
+
+// waitingMaster is the host as the site's master m2 at 10.0.2.2:2379:
+// silent until answer, then a master waiting to join.
+type waitingMaster struct {
+	ln        net.Listener
+	answering atomic.Bool
+}
+
+func hostWaitingMaster(t *testing.T, cfg []byte) *waitingMaster {
+	t.Helper()
+	pem := map[string][]byte{}
+	for _, f := range []string{"etcd-server.crt", "etcd-server.key", "etcd/ca.crt"} {
+		data, err := cluster.File(cfg, "/etc/kiln/pki/"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem[f] = data
+	}
+	pair, err := tls.X509KeyPair(pem["etcd-server.crt"], pem["etcd-server.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem["etcd/ca.crt"]) {
+		t.Fatal("m2's etcd CA: no certificate")
+	}
+	tlsCfg := &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	ln, err := net.Listen("tcp", "127.0.0.1:2379")
+	if err != nil {
+		t.Fatalf("127.0.0.1:2379 (where the guest reaches m2 as 10.0.2.2:2379): %v", err)
+	}
+	m := &waitingMaster{ln: ln}
+	var held []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !m.answering.Load() {
+				mu.Lock()
+				held = append(held, c) // silent: the guest's probe times out
+				mu.Unlock()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				s := tls.Server(c, tlsCfg)
+				if s.Handshake() == nil {
+					s.Write([]byte(role.WaitingBanner))
+				}
+			}()
+		}
+	}()
+	return m
+}
+
+func (m *waitingMaster) answer() { m.answering.Store(true) }

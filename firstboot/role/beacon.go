@@ -15,15 +15,15 @@ import (
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
-// waitingBanner is what a master waiting to join answers on its etcd
+// WaitingBanner is what a master waiting to join answers on its etcd
 // client port while it has no etcd member: a genesis node's survey reads
 // it as proof that no member runs there. Only a TLS peer with a client
 // certificate from the site's etcd CA gets it, and the server's own
 // certificate is the master's etcd serving certificate, so neither side
 // can be a stranger.
-const waitingBanner = "kiln: master waiting to join, no etcd member yet\n"
+const WaitingBanner = "kiln: master waiting to join, no etcd member yet\n"
 
-// beacon answers probes of this master's etcd port with waitingBanner
+// beacon answers probes of this master's etcd port with WaitingBanner
 // until it is closed, before the master adds its etcd member.
 type beacon struct {
 	ln   net.Listener
@@ -86,7 +86,7 @@ func (b *beacon) answer(c net.Conn) {
 	if err := conn.Handshake(); err != nil {
 		return
 	}
-	conn.Write([]byte(waitingBanner))
+	conn.Write([]byte(WaitingBanner))
 }
 
 // Close stops answering and waits until every answer is done, so the

@@ -77,14 +77,14 @@ func probeEtcd(ctx context.Context, addr string, cfg *tls.Config, bound time.Dur
 	// the client when it accepted us; a read timeout also means no alert
 	// came. A master waiting to join writes its banner.
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-	b := make([]byte, len(waitingBanner))
+	b := make([]byte, len(WaitingBanner))
 	for got := 0; ; {
 		k, err := conn.Read(b[got:])
 		got += k
 		switch {
-		case got == len(b) && string(b) == waitingBanner:
+		case got == len(b) && string(b) == WaitingBanner:
 			return waiting, nil
-		case !strings.HasPrefix(waitingBanner, string(b[:got])):
+		case !strings.HasPrefix(WaitingBanner, string(b[:got])):
 			return present, nil // not the banner: etcd speaking first
 		case err != nil && got == 0 && !isTimeout(err):
 			return unknown, classifyTLS(err)
