@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 // presence is what a probe of another master's etcd port proves.
@@ -156,12 +157,10 @@ func (s surveyed) doubt() error {
 func (s surveyed) waitingOn() string {
 	var parts []string
 	for _, d := range s.doubts {
-		parts = append(parts, fmt.Sprintf("%s (%s): %s", d.master.Name, d.addr, oneLineErr(d.err)))
+		parts = append(parts, fmt.Sprintf("%s (%s): %s", d.master.Name, d.addr, retry.OneLine(d.err)))
 	}
 	return strings.Join(parts, "; ")
 }
-
-func oneLineErr(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // surveyor owns the probes of the site's other masters' etcd ports:
 // a genesis node's proof that no cluster exists (requireNoCluster), a

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 const testCIDR = "10.77.0.1/24"
@@ -268,7 +270,7 @@ import socket
 s = socket.create_connection(("10.77.0.22", 2379), timeout=3)
 `).Run()
 	}
-	if err := eventuallyNil(10*time.Second, dial); err != nil {
+	if err := retry.WaitEvery(ctx, "the listener in "+ends[1], 10*time.Second, 200*time.Millisecond, nil, func(context.Context) error { return dial() }); err != nil {
 		t.Fatalf("before the rule: %v", err)
 	}
 	lift, err := n.DropTCP(netip.MustParseAddr("10.77.0.22"), 2379)
@@ -283,16 +285,5 @@ s = socket.create_connection(("10.77.0.22", 2379), timeout=3)
 	}
 	if err := dial(); err != nil {
 		t.Fatalf("after lifting the rule: %v", err)
-	}
-}
-
-func eventuallyNil(bound time.Duration, f func() error) error {
-	deadline := time.Now().Add(bound)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
