@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -114,7 +113,7 @@ func (b *build) writeManifest(ctx context.Context) error {
 		if have[strings.TrimPrefix(p, b.rootfs)] {
 			continue // replaced by a component: already listed
 		}
-		d, err := digestFile(p)
+		d, err := netboot.DigestFile(p)
 		if err != nil {
 			return fmt.Errorf("manifest: %w", err)
 		}
@@ -161,7 +160,7 @@ func artifactDigests(stage string) ([]FileDigest, error) {
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			out[i], errs[i] = digestFile(p)
+			out[i], errs[i] = netboot.DigestFile(p)
 			out[i].Path, _ = filepath.Rel(stage, p)
 		}()
 	}
@@ -202,20 +201,6 @@ func installedPackages(rootfs string) ([]Package, error) {
 	flush()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, sc.Err()
-}
-
-func digestFile(p string) (FileDigest, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return FileDigest{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return FileDigest{}, fmt.Errorf("hashing %s: %w", p, err)
-	}
-	return FileDigest{Path: p, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
 func digestBytes(path string, data []byte) FileDigest {

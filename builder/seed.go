@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/builder/imageseed"
+	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/node/catalog"
 )
 
@@ -25,7 +26,7 @@ func (b *build) seedImages(ctx context.Context, cat *catalog.Catalog, programs m
 		im.Archive = filepath.Join(b.rootfs, im.Archive)
 		seeded = append(seeded, im)
 	}
-	containerd, err := digestFile(programs["containerd"])
+	containerd, err := netboot.DigestFile(programs["containerd"])
 	if err != nil {
 		return fmt.Errorf("containerd seed: %w", err)
 	}

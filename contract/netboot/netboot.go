@@ -10,6 +10,9 @@ package netboot
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 )
 
@@ -49,6 +52,22 @@ type FileDigest struct {
 	Path   string `json:"path"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
+}
+
+// DigestFile is the FileDigest of the file at p, as the builder writes
+// it into the manifest and kiln serve checks it against the manifest.
+func DigestFile(p string) (FileDigest, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return FileDigest{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileDigest{}, fmt.Errorf("hashing %s: %w", p, err)
+	}
+	return FileDigest{Path: p, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
 // BaseCmdline is common to every boot path: the serial console last so

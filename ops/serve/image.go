@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -99,7 +97,7 @@ func loadImage(dir, flag string) (*image, error) {
 			return nil, refuse(mpath, "artifacts", "no %s: the image was built without the pxe output", rel)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(rel))
-		got, err := digest(p)
+		got, err := netboot.DigestFile(p)
 		if err != nil {
 			return nil, refuse(p, "", "%v (listed in %s)", unwrapPath(err), mpath)
 		}
@@ -125,18 +123,4 @@ func loadImage(dir, flag string) (*image, error) {
 	sum := sha256.Sum256(data)
 	im.pin = hex.EncodeToString(sum[:6])
 	return im, nil
-}
-
-func digest(p string) (netboot.FileDigest, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return netboot.FileDigest{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return netboot.FileDigest{}, fmt.Errorf("reading: %w", err)
-	}
-	return netboot.FileDigest{Path: p, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
