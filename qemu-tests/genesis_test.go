@@ -180,7 +180,7 @@ func etcdBinary(t *testing.T) string {
 	return bins["etcd"]
 }
 
-// Issue 55 on one machine, on every host (make test's three-VM scenario
+// The power-on-together case on one machine, on every host (make test's three-VM scenario
 // holds m2's port only where the host runs two masters): the genesis
 // node's site names a second master m2 at the host (10.0.2.2), whose
 // etcd port first accepts and says nothing (the probe times out: a busy

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// surveyHold is issue 55's case of the cluster scenario: a master
+// surveyHold is the cluster scenario's power-on-together case: a master
 // powered on beside the genesis node whose etcd port times out (every
 // packet to it dropped on the segment) until the genesis node's console
 // says it waits to rule that master out. Then the port is let through,

@@ -432,9 +432,9 @@ func (r *readySeen) note(through string, n *corev1.Node) {
 // threeReady is nil once m1, m2 and w1 are Ready with a heartbeat at
 // since or later, as kube reports them; saw is given each Node read. The
 // Nodes are read in one list: an apiserver that has just become ready
-// answers every kubelet, controller and anchor at once, and in bench 21
-// each of three reads in turn took 3-6 s there, so the bench saw w1's
-// Ready 13 s after its kubelet posted it.
+// answers every kubelet, controller and anchor at once, and three reads
+// in turn there take seconds each: the bench would see a Node's Ready
+// long after its kubelet posted it.
 func threeReady(ctx context.Context, kube kubernetes.Interface, since time.Time, saw func(*corev1.Node)) error {
 	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
