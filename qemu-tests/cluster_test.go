@@ -96,7 +96,10 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 }
 
 // clusterScenario boots a topology's machines on one L2 segment (a bridge
-// in a network namespace), each once the machine it waits for is done. It
+// in a network namespace), each once the machine it waits for is done,
+// each from its NIC through kiln serve (startBootServer), which also
+// refuses a machine the site does not name and a second fetch of m1's
+// config. It
 // checks the cluster the way an operator would, then cuts the power of
 // every VM at once, boots them all again with no config, checks it again,
 // and at the end removes the running worker w1 and re-images it.
@@ -116,6 +119,7 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 	}
 	r.cfgs["m1"] = withDockerProbe(t, m1)
 	survey := holdMasterEtcdPort(t, r)
+	r.boot = startBootServer(t, r)
 	r.bootAll(t)
 	survey.check(t)
 	tp = r.tp // without the worker, when the host was too slow for it
@@ -132,7 +136,10 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		}},
 		namedCheck{"discovery from " + from, func(t *testing.T) { checkDiscoveryFrom(t, from, tp.Masters(), nil, kube, image) }},
 		namedCheck{"cluster DNS from " + from, func(t *testing.T) { checkClusterDNS(t, kube, image, from) }},
-		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }})
+		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }},
+		namedCheck{"kiln serve: every machine's phase", func(t *testing.T) { checkStatusPage(t, r.boot, tp) }},
+		namedCheck{"kiln serve: m1's config not served twice", func(t *testing.T) { checkMasterConfigOnce(t, r.boot, kube, image, from, m1IP) }},
+		namedCheck{"kiln serve: a machine the site does not name", func(t *testing.T) { checkStrangerRefused(t, r.boot, r.dir) }})
 
 	r.powerCutsInARow(t, "cluster", tp, nodes, nil)
 	if !tp.HasWorker("w1") {
@@ -165,6 +172,9 @@ type clusterRun struct {
 	workerBound time.Duration
 	// afterPowerOn run once the first machines are powered on (bootAll).
 	afterPowerOn []func()
+	// boot, when set, is the kiln serve every machine boots through
+	// from its NIC; nil: each boots the ISO with its config attached.
+	boot *bootServer
 }
 
 // newClusterRun generates the topology's configs and makes its segment;
@@ -210,7 +220,11 @@ func newClusterRun(t *testing.T, tp cluster.Topology) *clusterRun {
 // powerOn boots the machines that wait for after ("" : the first ones).
 func (r *clusterRun) powerOn(t *testing.T, after string) {
 	for _, n := range r.nodes {
-		if n.After == after && n.VM == nil {
+		switch {
+		case n.After != after || n.VM != nil:
+		case r.boot != nil:
+			n.VM = startNetbootVM(t, r.seg, r.dir, n.Machine)
+		default:
 			n.VM = startClusterVM(t, r.seg, r.out, r.dir, n.Machine, r.cfgs[n.Name])
 		}
 	}

@@ -30,6 +30,9 @@ import (
 // GenesisMAC is the genesis node's NIC: its static address is matched by it.
 const GenesisMAC = "52:54:00:00:00:01"
 
+// SiteName is the name of every test site's cluster.
+const SiteName = "qemu"
+
 // SiteHead is the start of every test site up to its node list: the
 // cluster section, with extra (indented lines such as "  timing: slow\n")
 // at its end.
@@ -37,7 +40,7 @@ func SiteHead(extra string) string {
 	return `apiVersion: kiln.dev/v1alpha1
 kind: Site
 cluster:
-  name: qemu
+  name: ` + SiteName + `
   kubernetesVersion: v1.37.1
   podCIDR: 10.244.0.0/16
   serviceCIDR: 10.96.0.0/12

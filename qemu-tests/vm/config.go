@@ -51,13 +51,16 @@ type Config struct {
 	Ignition []byte   // passed as fw_cfg opt/com.coreos/config; nil: none
 	MAC      string   // the NIC's address; "" is QEMU's default 52:54:00:12:34:56
 	HostFwd  []string // user-net forwards, e.g. tcp:127.0.0.1:16443-10.0.2.50:6443
-	TFTPDir  string   // PXE: QEMU serves this over TFTP
-	BootFile string   // PXE: the file the DHCP answer names
+	// PXE on the user network: QEMU serves TFTPDir over TFTP and its DHCP
+	// answer names BootFile. PXE on a tap: the segment's DHCP server
+	// (netns.ServeDHCP) names the boot file.
+	TFTPDir  string
+	BootFile string
 	// Netns runs QEMU inside this network namespace (ip netns exec, which
 	// execs QEMU: the process is QEMU's own). See package netns.
 	Netns string
 	// Tap puts the NIC on this tap device (in Netns, if set) instead of
-	// QEMU's user network; HostFwd, TFTPDir and PXE boot are the user
+	// QEMU's user network; HostFwd, TFTPDir and BootFile are the user
 	// network's and cannot be combined with it.
 	Tap       string
 	MemoryMiB int
@@ -137,6 +140,11 @@ func (c Config) Args(n int) []string {
 		args = append(args, "-boot", "c")
 	case BootPXE:
 		args = append(args, "-boot", "n")
+		if c.Firmware == BIOS {
+			// SeaBIOS copies its text screen to the serial port (its
+			// sercon), so iPXE's lines reach the console log.
+			args = append(args, "-fw_cfg", "name=etc/sercon-port,file="+c.serconPath())
+		}
 	}
 	if c.Kernel != "" {
 		args = append(args, "-kernel", c.Kernel, "-initrd", c.Initrd, "-append", c.Append)
@@ -159,8 +167,8 @@ func (c Config) Check() error {
 	switch {
 	case len(c.HostFwd) > 0:
 		return fmt.Errorf("VM %s: HostFwd %v needs QEMU's user network, but the NIC is on tap %s", c.Name, c.HostFwd, c.Tap)
-	case c.TFTPDir != "" || c.BootFile != "" || c.Boot == BootPXE:
-		return fmt.Errorf("VM %s: PXE from QEMU's TFTP server needs the user network, but the NIC is on tap %s", c.Name, c.Tap)
+	case c.TFTPDir != "" || c.BootFile != "":
+		return fmt.Errorf("VM %s: PXE from QEMU's TFTP server needs the user network, but the NIC is on tap %s (the segment's DHCP names the boot file there)", c.Name, c.Tap)
 	}
 	return nil
 }
@@ -181,3 +189,8 @@ func (c Config) ConsolePath(n int) string {
 
 func (c Config) varsPath() string     { return filepath.Join(c.Dir, "OVMF_VARS.fd") }
 func (c Config) ignitionPath() string { return filepath.Join(c.Dir, "config.ign") }
+func (c Config) serconPath() string   { return filepath.Join(c.Dir, "sercon-port") }
+
+// serconPort is SeaBIOS's etc/sercon-port: the serial port's I/O address
+// (COM1, 0x3f8) as a little-endian 16-bit integer.
+var serconPort = []byte{0xf8, 0x03}

@@ -21,8 +21,11 @@ func TestArgsPerFirmwareAndBootDevice(t *testing.T) {
 		{"direct kernel", Config{Dir: "/d", Firmware: BIOS, Boot: BootISO, ISO: "/o/node.iso", Kernel: "/k", Initrd: "/i", Append: "root=x a=b"},
 			[]string{"-boot d", "-kernel /k -initrd /i -append root=x a=b"}, []string{"fw_cfg"}},
 		{"pxe bios", Config{Dir: "/d", Firmware: BIOS, Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"},
-			[]string{"-nic user,model=virtio-net-pci,tftp=/t,bootfile=kiln.ipxe", "-boot n"},
-			[]string{"fw_cfg"}},
+			[]string{"-nic user,model=virtio-net-pci,tftp=/t,bootfile=kiln.ipxe", "-boot n", "-fw_cfg name=etc/sercon-port,file=/d/sercon-port"},
+			[]string{"opt/com.coreos"}},
+		{"pxe on a tap", Config{Dir: "/d", Firmware: BIOS, Boot: BootPXE, Tap: "kt-w1", MAC: "52:54:00:77:00:21"},
+			[]string{"-netdev tap,id=net0,ifname=kt-w1", "-boot n", "etc/sercon-port"},
+			[]string{"-nic", "tftp="}},
 		{"user net with mac and hostfwd", Config{Dir: "/d", Boot: BootISO, ISO: "/o/node.iso", MAC: "52:54:00:00:00:01", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:6443"}},
 			[]string{"-nic user,model=virtio-net-pci,mac=52:54:00:00:00:01,hostfwd=tcp:127.0.0.1:1-10.0.2.50:6443"},
 			[]string{"-netdev", "tap"}},
@@ -85,7 +88,8 @@ func TestCheckRejectsUserNetFeaturesOnATap(t *testing.T) {
 		{"user net with hostfwd", Config{Name: "a", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:22"}}, ""},
 		{"tap", Config{Name: "a", Tap: "kt-a", Netns: "kiln-t-x"}, ""},
 		{"tap with hostfwd", Config{Name: "a", Tap: "kt-a", HostFwd: []string{"tcp:127.0.0.1:1-10.0.2.50:22"}}, "HostFwd"},
-		{"tap with pxe", Config{Name: "a", Tap: "kt-a", Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"}, "TFTP"},
+		{"tap with pxe from QEMU's tftp", Config{Name: "a", Tap: "kt-a", Boot: BootPXE, TFTPDir: "/t", BootFile: "kiln.ipxe"}, "TFTP"},
+		{"tap with pxe from the segment's dhcp", Config{Name: "a", Tap: "kt-a", Boot: BootPXE}, ""},
 		{"tap with a tftp dir", Config{Name: "a", Tap: "kt-a", TFTPDir: "/t"}, "TFTP"},
 	}
 	for _, tc := range tests {

@@ -58,6 +58,11 @@ func (v *VM) start() error {
 			return err
 		}
 	}
+	if v.Config.Boot == BootPXE && v.Firmware == BIOS {
+		if err := os.WriteFile(v.serconPath(), serconPort, 0o644); err != nil {
+			return err
+		}
+	}
 	v.boot++
 	os.Remove(v.ConsolePath(v.boot))
 	prog, args := v.Command(v.boot)
