@@ -27,17 +27,20 @@ func newServeCmd() *cobra.Command {
 		"192.0.2.10:8080", "192.0.2.0", "/usr/lib/ipxe")
 	cmd := &cobra.Command{
 		Use:   "serve -f SITE --site DIR --image DIR",
-		Short: "Network-boot the site's machines: iPXE by MAC, images, configs (once for masters)",
+		Short: "Network-boot the site's machines: iPXE by MAC or UUID, images, configs (once for masters)",
 		Long: `Serve everything a site's machines need to boot from the network, until
-interrupted: an iPXE script that picks the node by the machine's MAC, the node
-image kiln build wrote (kernel, initrd, root squashfs; Range requests), and each
+interrupted: an iPXE script that picks the node by the machine's MAC (or by its
+SMBIOS UUID, where the site names one and no node has the MAC), the node image
+kiln build wrote (kernel, initrd, root squashfs; Range requests), and each
 node's Ignition config kiln gen wrote.
 
   GET  /boot.ipxe             chains to /ipxe?mac=${mac:hexhyp}&uuid=${uuid}
-  GET  /ipxe?mac=...          the node's script: its image, the builder's kernel
+  GET  /ipxe?mac=...&uuid=... the node's script: its image, the builder's kernel
                               arguments, ignition.config.url=, kiln.config.hash=,
                               ` + netboot.RootfsHashArg + `= and (with HTTPS) ` + netboot.ServeCAArg + `=;
-                              an unknown MAC gets a script that says so and waits
+                              a machine the site does not know, or whose MAC and
+                              UUID the site gives different nodes, gets a script
+                              that says so and waits
   GET  /image/<pin>/<file>    vmlinuz, initrd.img, rootfs.squashfs
   GET  /config/<name>.ign     a worker's always; a genesis or master's (it holds
                               the CA keys) only while armed, only to a request
@@ -53,10 +56,9 @@ Arm a control-plane node at start (--arm m1,m2) or later:
 
 HTTPS serves the same endpoints with a certificate issued at start (never
 written) from the site's CA in --pki; without the CA key only plain HTTP is
-served. The site (UUIDs are not in the site schema: machines are known by MAC
-only), every config and every image (against its node.manifest.json) are
-checked at start: a problem refuses to start (exit status 2), naming the file.
-A node may boot another image: --pin w1=out-v2/.
+served. The site, every config and every image (against its node.manifest.json)
+are checked at start: a problem refuses to start (exit status 2), naming the
+file. A node may boot another image: --pin w1=out-v2/.
 
 kiln serve answers no DHCP. Put dnsmasq in front, as a proxy DHCP server beside
 the network's own, answering PXE for the site's MACs only: firmware PXE loads

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kiln-project/kiln/contract/smbios"
 )
 
 // ID is what the agent records of a machine.
@@ -75,17 +77,9 @@ func (s Sysfs) Identity() (ID, error) {
 	return id, nil
 }
 
-// placeholderUUIDs are product UUIDs firmware gives many machines alike.
-var placeholderUUIDs = []string{
-	"00000000-0000-0000-0000-000000000000",
-	"ffffffff-ffff-ffff-ffff-ffffffffffff",
-	"03000200-0400-0500-0006-000700080009",
-	"00020003-0004-0005-0006-000700080009",
-}
-
 func usableUUID(raw string) string {
 	u := strings.ToLower(strings.TrimSpace(raw))
-	if len(u) != 36 || slices.Contains(placeholderUUIDs, u) {
+	if len(u) != 36 || smbios.Placeholder(u) {
 		return ""
 	}
 	return u

@@ -64,11 +64,13 @@ type Certificates struct {
 	LeafValidity string `json:"leafValidity,omitempty"`
 }
 
-// Node is one machine.
+// Node is one machine. UUID is its SMBIOS system UUID, in lower case
+// after Load, or "" when the site names none.
 type Node struct {
 	Name        string            `json:"name"`
 	Role        string            `json:"role"`
 	MACs        []string          `json:"macs"`
+	UUID        string            `json:"uuid,omitempty"`
 	Network     Network           `json:"network"`
 	InstallDisk string            `json:"installDisk,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`

@@ -200,3 +200,73 @@ func TestInstallDiskPaths(t *testing.T) {
 		}
 	}
 }
+
+// A node's uuid is optional, read in any case and kept in lower case;
+// one not in 8-4-4-4-12 form, a firmware placeholder, or one two nodes
+// share is refused at the node's uuid field.
+func TestNodeUUIDs(t *testing.T) {
+	const u = "4c4c4544-0042-3510-8051-b4c04f4e3132"
+	for _, tc := range []struct {
+		name       string
+		uuids      [2]string // of n1 and n2; "" leaves the field out
+		want       [2]string // the loaded uuids, when valid
+		wantErrors []string  // "<path> | <part of the reason>"
+	}{
+		{"none", [2]string{"", ""}, [2]string{"", ""}, nil},
+		{"one node", [2]string{u, ""}, [2]string{u, ""}, nil},
+		{"upper case is lowered", [2]string{strings.ToUpper(u), "4c4c4544-0042-3510-8051-b4c04f4e3133"}, [2]string{u, "4c4c4544-0042-3510-8051-b4c04f4e3133"}, nil},
+		{"duplicate", [2]string{u, u}, [2]string{}, []string{"nodes[1].uuid | duplicate UUID " + u + " (also nodes[0].uuid)"}},
+		{"duplicate in another case", [2]string{u, strings.ToUpper(u)}, [2]string{}, []string{"nodes[1].uuid | duplicate UUID " + u + " (also nodes[0].uuid)"}},
+		{"too short", [2]string{"4c4c4544-0042-3510-8051", ""}, [2]string{}, []string{"nodes[0].uuid | not a UUID"}},
+		{"no hyphens", [2]string{"4c4c4544004235108051b4c04f4e3132", ""}, [2]string{}, []string{"nodes[0].uuid | not a UUID"}},
+		{"braces", [2]string{"{" + u + "}", ""}, [2]string{}, []string{"nodes[0].uuid | not a UUID"}},
+		{"not hex", [2]string{"", "4c4c4544-0042-3510-8051-b4c04f4e313z"}, [2]string{}, []string{"nodes[1].uuid | not a UUID"}},
+		{"all zeros", [2]string{"00000000-0000-0000-0000-000000000000", ""}, [2]string{}, []string{"nodes[0].uuid | is a placeholder"}},
+		{"all ones", [2]string{"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", ""}, [2]string{}, []string{"nodes[0].uuid | ffffffff-ffff-ffff-ffff-ffffffffffff is a placeholder"}},
+		{"a bad one is no duplicate", [2]string{"x", "x"}, [2]string{}, []string{"nodes[0].uuid | not a UUID", "nodes[1].uuid | not a UUID"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			field := func(v string) string {
+				if v == "" {
+					return ""
+				}
+				return `, uuid: "` + v + `"`
+			}
+			s, err := Parse("uuid.yaml", []byte(`apiVersion: kiln.dev/v1alpha1
+kind: Site
+cluster: {name: c, kubernetesVersion: v1.37.1, podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12}
+nodes:
+  - {name: n1, role: genesis, macs: ["52:54:00:00:00:01"]`+field(tc.uuids[0])+`, installDisk: /dev/vda, network: {address: 10.0.0.2/24}}
+  - {name: n2, role: worker, macs: ["52:54:00:00:00:02"]`+field(tc.uuids[1])+`, network: {dhcp: true}}
+`))
+			if tc.wantErrors == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, n := range s.Nodes {
+					if n.UUID != tc.want[i] {
+						t.Errorf("nodes[%d].uuid loaded as %q, want %q", i, n.UUID, tc.want[i])
+					}
+				}
+				return
+			}
+			var l *validation.List
+			if !errors.As(err, &l) {
+				t.Fatalf("got %v, want a validation list", err)
+			}
+			for _, w := range tc.wantErrors {
+				path, reason, _ := strings.Cut(w, " | ")
+				found := false
+				for _, e := range l.Errors {
+					found = found || e.Path == path && strings.Contains(e.Reason, reason)
+				}
+				if !found {
+					t.Errorf("missing %s: ...%s...\ngot:\n%v", path, reason, err)
+				}
+			}
+			if len(l.Errors) != len(tc.wantErrors) {
+				t.Errorf("%d problems, want %d:\n%v", len(l.Errors), len(tc.wantErrors), err)
+			}
+		})
+	}
+}

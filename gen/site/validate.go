@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/discovery"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/smbios"
 	"github.com/kiln-project/kiln/internal/validation"
 	"golang.org/x/crypto/ssh"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -182,7 +183,7 @@ func (s *Site) validateNodes(l *validation.List) []network {
 		l.Addf("nodes", "a site needs at least one node, the genesis node")
 		return nil
 	}
-	names, ips, macs := map[string]string{}, map[netip.Addr]string{}, map[string]string{}
+	names, ips, macs, uuids := map[string]string{}, map[netip.Addr]string{}, map[string]string{}, map[string]string{}
 	var genesis []int
 	var nets []network
 	for i, n := range s.Nodes {
@@ -204,6 +205,9 @@ func (s *Site) validateNodes(l *validation.List) []network {
 			l.Addf(p.Field("macs").String(), "at least one MAC address is required: the network config matches the node's NIC by it")
 		}
 		validateMACs(l, p.Field("macs"), n.MACs, macs)
+		if n.UUID != "" {
+			s.Nodes[i].UUID = validateUUID(l, p.Field("uuid"), n.UUID, uuids)
+		}
 		if pre, ok := validateNetwork(l, p.Field("network"), n); ok {
 			if prev, dup := ips[pre.Addr()]; dup {
 				l.Addf(p.Field("network").Field("address").String(), "duplicate IP address %s (also %s)", pre.Addr(), prev)
@@ -281,6 +285,25 @@ func validateMACs(l *validation.List, p validation.Path, macs []string, seen map
 		}
 		seen[hw.String()] = mp.String()
 	}
+}
+
+// validateUUID checks a node's SMBIOS UUID and returns it in lower case;
+// seen maps those of the nodes before it to their paths.
+func validateUUID(l *validation.List, p validation.Path, v string, seen map[string]string) string {
+	u, ok := smbios.ParseUUID(v)
+	switch {
+	case !ok:
+		l.Addf(p.String(), "not a UUID (8-4-4-4-12 hex digits, as the machine's /sys/class/dmi/id/product_uuid or dmidecode -s system-uuid shows it): %q", v)
+		return v
+	case smbios.Placeholder(u):
+		l.Addf(p.String(), "%s is a placeholder firmware reports when a machine has no UUID of its own: it names no one machine; leave uuid out", u)
+		return u
+	}
+	if prev, dup := seen[u]; dup {
+		l.Addf(p.String(), "duplicate UUID %s (also %s)", u, prev)
+	}
+	seen[u] = p.String()
+	return u
 }
 
 // validateNetwork checks a node's network and returns its static address.

@@ -63,50 +63,67 @@ func scheme(r *http.Request) string {
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintf(w, `#!ipxe
-# kiln serve, site %s: pick this machine's node by its MAC.
+# kiln serve, site %s: pick this machine's node by its MAC and UUID.
 chain %s://%s/ipxe?mac=${mac:hexhyp}&uuid=${uuid}
 `, s.site.Cluster.Name, scheme(r), r.Host)
 }
 
-// nodeScript boots the node whose MAC the query names, or waits.
+// nodeScript boots the node the query's MAC or UUID names (see choose),
+// or waits.
 func (s *Server) nodeScript(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	q := r.URL.Query()
-	mac, uuid := q.Get("mac"), q.Get("uuid")
-	key, _ := normalMAC(mac)
-	n := s.byMAC[key]
-	if n == nil {
-		s.log.Printf("unknown machine: no node in site %s has MAC %s (uuid %s), asked from %s; it waits", s.site.Cluster.Name, mac, uuid, remote(r))
-		fmt.Fprint(w, unknownScript(s.site.Cluster.Name, mac))
+	mac, uuid := q.Get("mac"), requestUUID(q.Get("uuid"))
+	from, siteName := remote(r), s.site.Cluster.Name
+	c := s.choose(mac, uuid)
+	switch {
+	case c.refused != "":
+		s.mu.Lock()
+		for _, n := range c.named {
+			n.record(Fetch{What: "ipxe", At: s.now(), From: from, Refused: c.refused})
+		}
+		s.mu.Unlock()
+		s.log.Printf("refused a machine at %s: %s", from, c.refused)
+		fmt.Fprint(w, refusedScript(siteName, c))
+		return
+	case c.node == nil:
+		s.log.Printf("unknown machine: no node in site %s has MAC %s%s, asked from %s; it waits", siteName, printable(mac), orUUID(uuid), from)
+		fmt.Fprint(w, unknownScript(siteName, mac, uuid))
 		return
 	}
+	n := c.node
 	s.mu.Lock()
-	n.record(Fetch{What: "ipxe", At: s.now(), From: remote(r)})
+	n.record(Fetch{What: "ipxe", At: s.now(), From: from})
 	s.mu.Unlock()
-	s.log.Printf("%s: iPXE script to %s (MAC %s)", n.Name, remote(r), colonMAC(key))
-	fmt.Fprint(w, s.script(r, n))
-}
-
-// unknownScript tells the console why the machine does not boot and
-// never boots anything.
-func unknownScript(siteName, mac string) string {
-	mac = strings.Map(func(r rune) rune {
-		if r < 0x20 || r > 0x7e || r == '$' || r == '"' || r == '\\' {
-			return '?'
+	if !c.byUUID {
+		key, _ := normalMAC(mac)
+		sent := ""
+		if uuid != "" {
+			sent = ", UUID " + printable(uuid)
 		}
-		return r
-	}, mac)
-	return fmt.Sprintf(`#!ipxe
-echo kiln: no node in site %s has MAC %s
-echo kiln: add it to the site file's nodes[].macs and restart kiln serve; this machine boots nothing until then
-:wait
-sleep 3600
-goto wait
-`, siteName, mac)
+		s.log.Printf("%s: iPXE script to %s (MAC %s%s)", n.Name, from, colonMAC(key), sent)
+		fmt.Fprint(w, s.script(r, n))
+		return
+	}
+	why := "the node's network config matches only its MACs in the site"
+	if n.secret {
+		why += ", and a control-plane config goes only to one of them"
+	}
+	s.log.Printf("%s: iPXE script to %s by UUID %s: no node has its MAC %s; add the MAC to nodes[%d].macs, run kiln gen and restart kiln serve (%s)", n.Name, from, uuid, printable(mac), n.index, why)
+	fmt.Fprint(w, s.script(r, n, fmt.Sprintf("no node in site %s has MAC %s: booting node %s by its UUID %s", siteName, printable(mac), n.Name, uuid)))
 }
 
-// script boots n's image with its config.
-func (s *Server) script(r *http.Request, n *node) string {
+// orUUID is " or UUID <uuid>" for a UUID sent, else "".
+func orUUID(uuid string) string {
+	if uuid == "" {
+		return ""
+	}
+	return " or UUID " + printable(uuid)
+}
+
+// script boots n's image with its config, printing notes on the console
+// first.
+func (s *Server) script(r *http.Request, n *node, notes ...string) string {
 	base := scheme(r) + "://" + r.Host
 	img := base + "/image/" + n.image.pin
 	args := append(netboot.PXECmdline(img), n.image.args...)
@@ -115,12 +132,16 @@ func (s *Server) script(r *http.Request, n *node) string {
 		args = append(args, netboot.ServeCAArg+"="+s.tls.pin)
 	}
 	args = append(args, netboot.ServeURLArg+"="+s.plainURL(r))
+	var echo strings.Builder
+	for _, l := range notes {
+		echo.WriteString("echo kiln: " + l + "\n")
+	}
 	return fmt.Sprintf(`#!ipxe
 # kiln serve, site %s: node %s (%s), image %s
-kernel %s/%s %s
+%skernel %s/%s %s
 initrd %s/%s
 boot
-`, s.site.Cluster.Name, n.Name, n.Role, n.image.pin, img, netboot.Kernel, strings.Join(args, " "), img, netboot.Initrd)
+`, s.site.Cluster.Name, n.Name, n.Role, n.image.pin, echo.String(), img, netboot.Kernel, strings.Join(args, " "), img, netboot.Initrd)
 }
 
 // configURL is where n's agent fetches its config: over HTTPS when the

@@ -192,14 +192,15 @@ func TestStatusAfterFetchesAndAReport(t *testing.T) {
 	if m2 := by["m2"]; !m2.Armed || m2.ArmedAt == nil || !m2.Secret {
 		t.Errorf("m2 = %+v, want armed", m2)
 	}
-	if w2 := by["w2"]; w2.Image != cfg.Pins["w2"] || len(w2.MACs) != 2 {
-		t.Errorf("w2 = %+v, want pinned to %s, two MACs", w2, cfg.Pins["w2"])
+	if w2 := by["w2"]; w2.Image != cfg.Pins["w2"] || len(w2.MACs) != 2 || w2.UUID != "" {
+		t.Errorf("w2 = %+v, want pinned to %s, two MACs, no UUID", w2, cfg.Pins["w2"])
 	}
 }
 
 func TestStatusPageListsEveryNode(t *testing.T) {
 	cfg := config(t)
 	cfg.Arm = []string{"m3"}
+	cfg.Site = copySite(t, func(s *site.Site) { s.Nodes[3].UUID = "4C4C4544-0042-3510-8051-B4C04F4E3121" })
 	r := start(t, cfg)
 	post(t, nil, r.base+"/report/w2", `{"phase": "joined", "at": "now"}`)
 	resp, err := http.Get(r.base + "/")
@@ -212,7 +213,7 @@ func TestStatusPageListsEveryNode(t *testing.T) {
 		t.Fatalf("GET / = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	for _, want := range []string{`<meta http-equiv="refresh"`, "site lab", `id="node-m1"`, `id="node-m2"`, `id="node-m3"`, `id="node-w1"`, `id="node-w2"`,
-		"52:54:00:10:01:22", `class="armed"`, "joined (now)"} {
+		"52:54:00:10:01:22", "UUID <code>4c4c4544-0042-3510-8051-b4c04f4e3121</code>", `class="armed"`, "joined (now)"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("GET / lacks %q:\n%s", want, page)
 		}

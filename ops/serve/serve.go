@@ -1,6 +1,7 @@
 // Package serve is kiln serve: the network boot server of one site. It
 // owns the HTTP endpoints a machine boots through (the iPXE scripts that
-// pick a node by its MAC, the node images, the per-node Ignition configs),
+// pick a node by its MAC, or its SMBIOS UUID where the site names one, the
+// node images, the per-node Ignition configs),
 // the rule that a genesis or master config (it holds CA keys) leaves only
 // once per arming and only to the node's own MAC, the HTTPS listener and
 // its serving certificate issued from the site's CA, the status of every
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/smbios"
 	"github.com/kiln-project/kiln/gen/nodeconfig"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/ignition"
@@ -81,6 +83,7 @@ type Server struct {
 	nodes  []*node          // in site order
 	byName map[string]*node //
 	byMAC  map[string]*node // by normalised MAC
+	byUUID map[string]*node // by lower-case UUID, for the nodes that name one
 	images map[string]*image
 	tls    *serving // nil: plain HTTP only
 	now    func() time.Time
@@ -93,6 +96,7 @@ type Server struct {
 // node is a site node with what the server knows of it.
 type node struct {
 	site.Node
+	index  int      // in the site's nodes
 	macs   []string // normalised
 	config []byte
 	hash   string // sha512-<hex> of config
@@ -122,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Neighbours = ARPTable{Path: "/proc/net/arp"}
 	}
 	s := &Server{cfg: cfg, site: cfg.Site, log: log.New(cfg.Log, "kiln serve: ", log.LstdFlags),
-		byName: map[string]*node{}, byMAC: map[string]*node{}, images: map[string]*image{}, now: cfg.Now}
+		byName: map[string]*node{}, byMAC: map[string]*node{}, byUUID: map[string]*node{}, images: map[string]*image{}, now: cfg.Now}
 	if err := s.loadNodes(); err != nil {
 		return nil, err
 	}
@@ -149,14 +153,15 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// loadNodes indexes the site's nodes by MAC and reads every config.
+// loadNodes indexes the site's nodes by MAC and UUID and reads every
+// config.
 func (s *Server) loadNodes() error {
 	file := s.site.File
 	for i, sn := range s.site.Nodes {
-		n := &node{Node: sn, secret: sn.Role != site.RoleWorker}
+		n := &node{Node: sn, index: i, secret: sn.Role != site.RoleWorker}
 		field := fmt.Sprintf("nodes[%d].macs", i)
 		if len(sn.MACs) == 0 {
-			return refuse(file, field, "node %s has no MAC: kiln serve knows a machine only by its MAC", sn.Name)
+			return refuse(file, field, "node %s has no MAC: kiln serve picks a machine's node by its MAC first, and gives a master's config only to one of its MACs", sn.Name)
 		}
 		for j, m := range sn.MACs {
 			key, ok := normalMAC(m)
@@ -168,6 +173,11 @@ func (s *Server) loadNodes() error {
 			}
 			s.byMAC[key] = n
 			n.macs = append(n.macs, key)
+		}
+		if sn.UUID != "" {
+			if err := s.indexUUID(n); err != nil {
+				return err
+			}
 		}
 		path := configPath(s.cfg.SiteDir, sn.Name)
 		data, err := os.ReadFile(path)
@@ -181,6 +191,25 @@ func (s *Server) loadNodes() error {
 		s.nodes = append(s.nodes, n)
 		s.byName[sn.Name] = n
 	}
+	return nil
+}
+
+// indexUUID checks n's UUID again, as loadNodes does its MACs, since a
+// Config's site need not come from Load, and indexes n by it.
+func (s *Server) indexUUID(n *node) error {
+	field := fmt.Sprintf("nodes[%d].uuid", n.index)
+	u, ok := smbios.ParseUUID(n.UUID)
+	switch {
+	case !ok:
+		return refuse(s.site.File, field, "not a UUID: %q", n.UUID)
+	case smbios.Placeholder(u):
+		return refuse(s.site.File, field, "%s is a placeholder firmware reports when a machine has no UUID of its own: it names no one machine", u)
+	}
+	if prev, dup := s.byUUID[u]; dup {
+		return refuse(s.site.File, field, "UUID %s is also node %s's: a machine must pick one node", u, prev.Name)
+	}
+	s.byUUID[u] = n
+	n.UUID = u
 	return nil
 }
 

@@ -28,6 +28,7 @@ type NodeStatus struct {
 	Name        string     `json:"name"`
 	Role        string     `json:"role"`
 	MACs        []string   `json:"macs"`
+	UUID        string     `json:"uuid,omitempty"`
 	Image       string     `json:"image"`
 	Secret      bool       `json:"secret"`
 	Armed       bool       `json:"armed"`
@@ -55,7 +56,7 @@ func (s *Server) Status() Status {
 	defer s.mu.Unlock()
 	st := Status{Site: s.site.Cluster.Name, TLS: s.tls != nil, CA: s.CAPin(), Nodes: []NodeStatus{}}
 	for _, n := range s.nodes {
-		ns := NodeStatus{Name: n.Name, Role: n.Role, Image: n.image.dir, Secret: n.secret, Armed: n.armed,
+		ns := NodeStatus{Name: n.Name, Role: n.Role, UUID: n.UUID, Image: n.image.dir, Secret: n.secret, Armed: n.armed,
 			DeliveredTo: n.deliveredTo, Fetches: append([]Fetch{}, n.fetches...)}
 		for _, m := range n.macs {
 			ns.MACs = append(ns.MACs, colonMAC(m))
