@@ -47,6 +47,7 @@ func bootPaths() []bootPath {
 		{"raw disk, OVMF", "direct kernel boot of the same disk, agent masked", rawBoot},
 		{"PXE, SeaBIOS + iPXE", "the same PXE boot, agent masked", pxeBoot(vm.BIOS)},
 		{"PXE, OVMF + iPXE", "the same PXE boot, agent masked", pxeBoot(vm.UEFI)},
+		{"PXE through kiln serve, SeaBIOS + iPXE", "the plain PXE boot (QEMU's TFTP, a plain file server), agent masked", serveBoot},
 	}
 }
 

@@ -40,6 +40,7 @@ var headlines = []headline{
 	{"raw disk, OVMF: power-on to `done`", "Boot", "raw disk, OVMF"},
 	{"PXE, SeaBIOS + iPXE: power-on to `done`", "Boot", "PXE, SeaBIOS"},
 	{"PXE, OVMF + iPXE: power-on to `done`", "Boot", "PXE, OVMF"},
+	{"PXE through kiln serve (DHCP, HTTPS config): power-on to `done`", "Boot", "PXE through kiln serve"},
 	{"genesis: power-on to node Ready", "Genesis (", "power-on to node Ready"},
 	{"genesis: a power cut to node Ready again (median of three)", "Genesis (", "power cut: power-on to node Ready again"},
 	{"cluster (m1, m2, w1 powered on together): all three Nodes Ready", "Cluster (", "**all Ready**"},
