@@ -60,6 +60,7 @@ func (a *Applier) Check(p *Plan) error {
 			}
 		}
 	}
+	problems = append(problems, a.checkDeletions(p)...)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}

@@ -51,8 +51,8 @@ type Case struct {
 	Existing map[string]string
 	// Nodes are the files, directories and links that must exist after.
 	Nodes []Node
-	// Commands are checks only a booted node can make (users, units):
-	// the command's output must equal Want.
+	// Commands are checks only a booted node can make (users, groups and
+	// their shadow entries, units): the command's output must equal Want.
 	Commands []Command
 }
 
@@ -242,6 +242,25 @@ func Cases() []Case {
 				{Run: `test "$(id -u cf-system)" -lt 1000 && echo system`, Want: "system"},
 				{Run: "test -e /nonexistent-cf && echo home || echo no-home", Want: "no-home"},
 			}},
+		// The image's Debian base-passwd has the user irc (uid and gid 39,
+		// home /run/ircd, which does not exist) and the group fax.
+		{Name: "passwd: shouldExist false deletes an image user, its shadow entry and its user group", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{"users": []obj{{"name": "irc", "shouldExist": false}}}}),
+			Commands: []Command{
+				{Run: "getent passwd irc || echo absent", Want: "absent"},
+				{Run: "cat /etc/passwd /etc/shadow /etc/group /etc/gshadow | grep -c '^irc:'", Want: "0"},
+			}},
+		{Name: "passwd: shouldExist false deletes an image group and its gshadow entry", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{"groups": []obj{{"name": "fax", "shouldExist": false}}}}),
+			Commands: []Command{
+				{Run: "getent group fax || echo absent", Want: "absent"},
+				{Run: "cat /etc/group /etc/gshadow | grep -c '^fax:'", Want: "0"},
+			}},
+		{Name: "passwd: shouldExist false for a user and group the node does not have changes nothing", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{
+				"users":  []obj{{"name": "cf-absent", "uid": 2199, "shouldExist": false}},
+				"groups": []obj{{"name": "cf-absent", "gid": 2199, "shouldExist": false}}}}),
+			Commands: []Command{{Run: "cat /etc/passwd /etc/group | grep -c '^cf-absent:'", Want: "0"}}},
 		{Name: "systemd: unit with a drop-in, enabled and started in this boot", Since: "3.0.0",
 			Config: units(obj{"name": "cf-marker.service", "enabled": true,
 				"contents": "[Unit]\nDescription=kiln conformance marker\n[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo \"$CF\" > /run/kiln-conformance-marker'\n[Install]\nWantedBy=multi-user.target\n",
