@@ -210,7 +210,7 @@ func TestApplyWritesEveryKindOfNode(t *testing.T) {
 	if h.hostname != "node-1" {
 		t.Errorf("hostname set to %q", h.hostname)
 	}
-	if want := "useradd -G sudo -m ops"; len(h.cmds) != 1 || h.cmds[0] != want {
+	if want := "useradd -p * -G sudo -m ops"; len(h.cmds) != 1 || h.cmds[0] != want {
 		t.Errorf("host commands %v, want [%s]", h.cmds, want)
 	}
 	if got := strings.Join(s.calls, "|"); got != "reload|enable probe.service|start probe.service" {

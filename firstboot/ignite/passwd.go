@@ -106,7 +106,15 @@ func userArgs(u types.PasswdUser, exists bool) []string {
 	opt("-c", u.Gecos)
 	opt("-d", u.HomeDir)
 	opt("-s", u.Shell)
-	opt("-p", u.PasswordHash)
+	// A user created without a password, and any user given an empty
+	// one, gets "*" (no password login), as Ignition passes it; useradd
+	// alone would write "!".
+	switch {
+	case u.PasswordHash != nil && *u.PasswordHash != "":
+		args = append(args, "-p", *u.PasswordHash)
+	case u.PasswordHash != nil || !exists:
+		args = append(args, "-p", "*")
+	}
 	opt("-g", u.PrimaryGroup)
 	if len(u.Groups) > 0 {
 		gs := make([]string, len(u.Groups))

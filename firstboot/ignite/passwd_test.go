@@ -9,9 +9,43 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coreos/ignition/v2/config/v3_5/types"
 	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/ignition"
 )
+
+// A new user gets "*" in /etc/shadow when the config gives no password
+// or an empty one, as Ignition passes it to useradd; an existing user's
+// password changes only when the config sets one.
+func TestUserPasswordIsStarUnlessTheConfigGivesOne(t *testing.T) {
+	hash := "$6$salt$hash"
+	empty := ""
+	tests := []struct {
+		name   string
+		hash   *string
+		exists bool
+		want   string // the -p argument; "" for none
+	}{
+		{"new user, no password", nil, false, "*"},
+		{"new user, empty password", &empty, false, "*"},
+		{"new user, a hash", &hash, false, hash},
+		{"existing user, no password", nil, true, ""},
+		{"existing user, empty password", &empty, true, "*"},
+		{"existing user, a hash", &hash, true, hash},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := userArgs(types.PasswdUser{Name: "u", PasswordHash: tc.hash}, tc.exists)
+			got := ""
+			if i := slices.Index(args, "-p"); i >= 0 {
+				got = args[i+1]
+			}
+			if got != tc.want {
+				t.Fatalf("args %q: -p %q, want %q", args, got, tc.want)
+			}
+		})
+	}
+}
 
 // seedPasswd gives a scratch root an image's users and groups.
 func seedPasswd(t *testing.T, root, passwd, group string) {

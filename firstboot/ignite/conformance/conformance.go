@@ -242,6 +242,14 @@ func Cases() []Case {
 				{Run: `test "$(id -u cf-system)" -lt 1000 && echo system`, Want: "system"},
 				{Run: "test -e /nonexistent-cf && echo home || echo no-home", Want: "no-home"},
 			}},
+		{Name: `passwd: a new user without a password, or with "", gets "*" in /etc/shadow`, Since: "3.0.0",
+			Config: js(obj{"passwd": obj{"users": []obj{
+				{"name": "cf-nopass", "noCreateHome": true},
+				{"name": "cf-emptypass", "noCreateHome": true, "passwordHash": ""}}}}),
+			Commands: []Command{
+				{Run: "getent shadow cf-nopass | cut -d: -f2", Want: "*"},
+				{Run: "getent shadow cf-emptypass | cut -d: -f2", Want: "*"},
+			}},
 		// The image's Debian base-passwd has the user irc (uid and gid 39,
 		// home /run/ircd, which does not exist) and the group fax.
 		{Name: "passwd: shouldExist false deletes an image user, its shadow entry and its user group", Since: "3.2.0",
