@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/command"
@@ -108,18 +110,62 @@ func (a *Applier) logf(format string, args ...any) {
 
 func (a *Applier) dirs(ctx context.Context, p *Plan) error {
 	for _, d := range p.Dirs {
-		full := a.path(d.Path)
-		if err := os.MkdirAll(full, d.Mode); err != nil {
+		if err := a.dir(d); err != nil {
 			return fmt.Errorf("%s: %w", d.Path, err)
-		}
-		if err := os.Chmod(full, d.Mode); err != nil {
-			return fmt.Errorf("%s: %w", d.Path, err)
-		}
-		if err := a.chown(full, d.Node); err != nil {
-			return err
 		}
 	}
 	return nil
+}
+
+// dir makes one directory: its missing parents 0755, itself with the
+// config's mode and owner. An existing directory is kept and given them.
+func (a *Applier) dir(d Dir) error {
+	full := a.path(d.Path)
+	if err := mkdirs(filepath.Dir(full)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(full, 0o700); err == nil {
+		if err := atomicfile.SyncDir(filepath.Dir(full)); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := a.chown(full, d.Node); err != nil {
+		return err
+	}
+	return os.Chmod(full, d.Mode)
+}
+
+// mkdirs makes dir and its missing parents, each 0755 whatever the
+// umask, as Ignition makes the leading directories of what it writes, and
+// syncs each new entry into its parent.
+func mkdirs(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil
+	case err == nil:
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirs(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(parent)
 }
 
 func (a *Applier) files(ctx context.Context, p *Plan) error {
@@ -153,6 +199,9 @@ func (a *Applier) file(f File) error {
 	if err != nil {
 		return err
 	}
+	if err := mkdirs(filepath.Dir(full)); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFile(full, data, f.Mode, owner); err != nil {
 		return err
 	}
@@ -175,6 +224,9 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 			}
 			continue
 		}
+		if err := mkdirs(filepath.Dir(full)); err != nil {
+			return fmt.Errorf("%s: %w", l.Path, err)
+		}
 		if err := atomicfile.Symlink(l.Target, full); err != nil {
 			return err
 		}
@@ -185,12 +237,12 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 	return nil
 }
 
-// hardLink makes l's missing parent directories (0755, as Ignition does),
-// links through a temporary name and renames it into place, synced.
+// hardLink makes l's missing parent directories, links through a
+// temporary name and renames it into place, synced.
 func (a *Applier) hardLink(l Link) error {
 	full := a.path(l.Path)
 	dir := filepath.Dir(full)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirs(dir); err != nil {
 		return err
 	}
 	tmp := full + ".kiln-link"

@@ -165,6 +165,13 @@ func Cases() []Case {
 			Nodes: []Node{
 				{Path: r + "/deep/a", Kind: Dir, Mode: 0o755, Owner: "0:0"},
 				rootFile(r+"/deep/a/b/file", "deep", 0o644)}},
+		{Name: "directory: missing parents are 0755 root whatever the directory's own mode", Since: "3.0.0",
+			Config: directories(obj{"path": r + "/private-parents/a/b", "mode": 0o700}),
+			Nodes: []Node{
+				{Path: r, Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents", Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents/a", Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents/a/b", Kind: Dir, Mode: 0o700, Owner: "0:0"}}},
 		{Name: "file: owner and group by id", Since: "3.0.0",
 			Config: files(obj{"path": p + "/owned-by-id", "user": obj{"id": userID}, "group": obj{"id": groupID},
 				"contents": obj{"source": dataURL("ids")}}),
