@@ -2,6 +2,7 @@ package ignite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,11 +11,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/command"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // Host is what applying needs from the node besides its files.
@@ -62,11 +65,36 @@ func (a *Applier) Check(p *Plan) error {
 			}
 		}
 	}
+	problems = append(problems, a.checkDirs(p)...)
 	problems = append(problems, a.checkDeletions(p)...)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// checkDirs finds the directories that cannot be made: a non-directory in
+// the way without overwrite (Ignition fails on it), and, with overwrite,
+// a path whose removal would reach into the state partition or another
+// mount.
+func (a *Applier) checkDirs(p *Plan) []string {
+	var problems []string
+	mounts, _ := mountinfo.Points(a.path(mountinfo.Self))
+	for _, d := range p.Dirs {
+		if !d.Overwrite {
+			if fi, err := os.Stat(a.path(d.Path)); err == nil && !fi.IsDir() {
+				problems = append(problems, fmt.Sprintf("%s exists and is not a directory, and overwrite is false", d.Path))
+			}
+			continue
+		}
+		for _, m := range append(slices.Clone(a.Persistent), mounts...) {
+			if m == d.Path || strings.HasPrefix(m, strings.TrimSuffix(d.Path, "/")+"/") {
+				problems = append(problems, fmt.Sprintf("directory %s: overwrite would remove %s, a mount point, and what it holds", d.Path, m))
+				break
+			}
+		}
+	}
+	return problems
 }
 
 // Apply runs the stages in order. It is idempotent: the agent re-applies
@@ -108,8 +136,13 @@ func (a *Applier) logf(format string, args ...any) {
 	}
 }
 
+// dirs makes the config's directories shallowest first, as Ignition
+// orders them, so that one replaced with overwrite never takes with it
+// another the config makes inside it.
 func (a *Applier) dirs(ctx context.Context, p *Plan) error {
-	for _, d := range p.Dirs {
+	dirs := slices.Clone(p.Dirs)
+	slices.SortStableFunc(dirs, func(x, y Dir) int { return cmp.Compare(depth(x.Path), depth(y.Path)) })
+	for _, d := range dirs {
 		if err := a.dir(d); err != nil {
 			return fmt.Errorf("%s: %w", d.Path, err)
 		}
@@ -117,10 +150,17 @@ func (a *Applier) dirs(ctx context.Context, p *Plan) error {
 	return nil
 }
 
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
 // dir makes one directory: its missing parents 0755, itself with the
 // config's mode and owner. An existing directory is kept and given them.
 func (a *Applier) dir(d Dir) error {
 	full := a.path(d.Path)
+	if d.Overwrite {
+		if err := a.clear(d.Path); err != nil {
+			return err
+		}
+	}
 	if err := mkdirs(filepath.Dir(full)); err != nil {
 		return err
 	}
@@ -135,6 +175,37 @@ func (a *Applier) dir(d Dir) error {
 		return err
 	}
 	return os.Chmod(full, d.Mode)
+}
+
+// clear removes what is at a directory's path before it is made, as
+// Ignition does with overwrite: true. A file or link there is removed on
+// every boot. A directory is removed with its contents on every boot when
+// the image brings it back, but on a persistent path only once (stamped):
+// Ignition's one run, at provisioning, never meets what the node keeps
+// there later.
+func (a *Applier) clear(path string) error {
+	full := a.path(path)
+	fi, err := os.Lstat(full)
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	persistent := a.persistent(path)
+	if persistent && a.stamped("overwrite", path, 0, nil) && (!exists || fi.IsDir()) {
+		return nil
+	}
+	if exists {
+		if err := os.RemoveAll(full); err != nil {
+			return err
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(full)); err != nil {
+			return err
+		}
+	}
+	if persistent {
+		return a.stamp("overwrite", path, 0, nil)
+	}
+	return nil
 }
 
 // mkdirs makes dir and its missing parents, each 0755 whatever the

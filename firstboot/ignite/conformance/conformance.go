@@ -49,7 +49,8 @@ type Case struct {
 	// Existing are files the image holds before the config is applied
 	// (the booted image has them already; unit tests write them).
 	Existing map[string]string
-	// Nodes are the files, directories and links that must exist after.
+	// Nodes are the files, directories and links that must exist after,
+	// and the paths that must not.
 	Nodes []Node
 	// Commands are checks only a booted node can make (users, groups and
 	// their shadow entries, units): the command's output must equal Want.
@@ -64,6 +65,7 @@ const (
 	Dir      Kind = "dir"
 	Symlink  Kind = "symlink"
 	HardLink Kind = "hardlink" // a regular file sharing Target's inode
+	Missing  Kind = "missing"  // nothing at the path
 )
 
 // Node is a path the agent must have made.
@@ -215,6 +217,16 @@ func Cases() []Case {
 		{Name: "directory: mode, owner and group by id", Since: "3.0.0",
 			Config: directories(obj{"path": p + "/dir-owned", "mode": 0o750, "user": obj{"id": userID}, "group": obj{"id": groupID}}),
 			Nodes:  []Node{{Path: p + "/dir-owned", Kind: Dir, Mode: 0o750, Owner: fmt.Sprintf("%d:%d", userID, groupID)}}},
+		{Name: "directory: overwrite true replaces an image file", Since: "3.0.0",
+			Existing: map[string]string{"/etc/issue.net": "Debian GNU/Linux 12\n"},
+			Config:   directories(obj{"path": "/etc/issue.net", "overwrite": true}),
+			Nodes:    []Node{{Path: "/etc/issue.net", Kind: Dir, Mode: 0o755, Owner: "0:0"}}},
+		{Name: "directory: overwrite true replaces an image directory with an empty one", Since: "3.0.0",
+			Existing: map[string]string{"/etc/update-motd.d/10-uname": "#!/bin/sh\nuname -snrvm\n"},
+			Config:   directories(obj{"path": "/etc/update-motd.d", "overwrite": true, "mode": 0o750}),
+			Nodes: []Node{
+				{Path: "/etc/update-motd.d", Kind: Dir, Mode: 0o750, Owner: "0:0"},
+				{Path: "/etc/update-motd.d/10-uname", Kind: Missing}}},
 		{Name: "link: symbolic, absolute target", Since: "3.0.0",
 			Config: links(obj{"path": r + "/link-absolute", "target": "/etc/hostname"}),
 			Nodes:  []Node{{Path: r + "/link-absolute", Kind: Symlink, Owner: "0:0", Target: "/etc/hostname"}}},
