@@ -145,3 +145,29 @@ func TestDirectoryOverwriteRefusesAMountPoint(t *testing.T) {
 		}
 	}
 }
+
+// A unit whose contents are absent or empty is not written, as in
+// Ignition; an empty drop-in is.
+func TestUnitWithoutContentsIsNotWritten(t *testing.T) {
+	tests := []struct {
+		name, unit string
+		wantUnit   bool
+	}{
+		{"no contents", `{"name":"x.service","dropins":[{"name":"a.conf","contents":""}]}`, false},
+		{"empty contents", `{"name":"x.service","contents":"","dropins":[{"name":"a.conf","contents":""}]}`, false},
+		{"contents", `{"name":"x.service","contents":"[Unit]\n","dropins":[{"name":"a.conf","contents":""}]}`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRoot(t)
+			applyConfig(t, root, `{"ignition":{"version":"3.4.0"},"systemd":{"units":[`+tc.unit+`]}}`)
+			_, err := os.Lstat(filepath.Join(root, "etc/systemd/system/x.service"))
+			if (err == nil) != tc.wantUnit {
+				t.Errorf("unit file: %v, want written %v", err, tc.wantUnit)
+			}
+			if got := read(t, root, "/etc/systemd/system/x.service.d/a.conf"); got != "" {
+				t.Errorf("empty drop-in holds %q", got)
+			}
+		})
+	}
+}

@@ -29,7 +29,10 @@ func (a *Applier) units(ctx context.Context, p *Plan) error {
 			}
 			continue
 		}
-		if u.Contents != nil {
+		// As in Ignition, a unit with no contents or empty contents is not
+		// written (its drop-ins and enabled then apply to the image's unit
+		// of that name), while an empty drop-in is.
+		if u.Contents != nil && *u.Contents != "" {
 			if err := atomicfile.WriteFile(path, []byte(*u.Contents), 0o644, nil); err != nil {
 				return fmt.Errorf("%s: %w", u.Name, err)
 			}

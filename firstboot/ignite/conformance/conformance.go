@@ -305,6 +305,11 @@ func Cases() []Case {
 			Config:   units(obj{"name": "cf-masked.service", "mask": true}),
 			Nodes:    []Node{{Path: "/etc/systemd/system/cf-masked.service", Kind: Symlink, Owner: "0:0", Target: "/dev/null"}},
 			Commands: []Command{{Run: "systemctl is-enabled cf-masked.service", Want: "masked"}}},
+		{Name: `systemd: a unit with contents "" is not written, its empty drop-in is`, Since: "3.0.0",
+			Config: units(obj{"name": "cf-empty.service", "contents": "", "dropins": []obj{{"name": "10-empty.conf", "contents": ""}}}),
+			Nodes: []Node{
+				{Path: "/etc/systemd/system/cf-empty.service", Kind: Missing},
+				rootFile("/etc/systemd/system/cf-empty.service.d/10-empty.conf", "", 0o644)}},
 		{Name: "systemd: a drop-in for an image unit, without contents", Since: "3.0.0",
 			Config:   units(obj{"name": "fstrim.service", "dropins": []obj{{"name": "10-cf.conf", "contents": "[Unit]\nDescription=kiln conformance drop-in\n"}}}),
 			Nodes:    []Node{rootFile("/etc/systemd/system/fstrim.service.d/10-cf.conf", "[Unit]\nDescription=kiln conformance drop-in\n", 0o644)},
