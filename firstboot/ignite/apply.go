@@ -2,17 +2,22 @@ package ignite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/command"
+	"github.com/kiln-project/kiln/internal/mountinfo"
 )
 
 // Host is what applying needs from the node besides its files.
@@ -60,10 +65,36 @@ func (a *Applier) Check(p *Plan) error {
 			}
 		}
 	}
+	problems = append(problems, a.checkDirs(p)...)
+	problems = append(problems, a.checkDeletions(p)...)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// checkDirs finds the directories that cannot be made: a non-directory in
+// the way without overwrite (Ignition fails on it), and, with overwrite,
+// a path whose removal would reach into the state partition or another
+// mount.
+func (a *Applier) checkDirs(p *Plan) []string {
+	var problems []string
+	mounts, _ := mountinfo.Points(a.path(mountinfo.Self))
+	for _, d := range p.Dirs {
+		if !d.Overwrite {
+			if fi, err := os.Stat(a.path(d.Path)); err == nil && !fi.IsDir() {
+				problems = append(problems, fmt.Sprintf("%s exists and is not a directory, and overwrite is false", d.Path))
+			}
+			continue
+		}
+		for _, m := range append(slices.Clone(a.Persistent), mounts...) {
+			if m == d.Path || strings.HasPrefix(m, strings.TrimSuffix(d.Path, "/")+"/") {
+				problems = append(problems, fmt.Sprintf("directory %s: overwrite would remove %s, a mount point, and what it holds", d.Path, m))
+				break
+			}
+		}
+	}
+	return problems
 }
 
 // Apply runs the stages in order. It is idempotent: the agent re-applies
@@ -105,20 +136,107 @@ func (a *Applier) logf(format string, args ...any) {
 	}
 }
 
+// dirs makes the config's directories shallowest first, as Ignition
+// orders them, so that one replaced with overwrite never takes with it
+// another the config makes inside it.
 func (a *Applier) dirs(ctx context.Context, p *Plan) error {
-	for _, d := range p.Dirs {
-		full := a.path(d.Path)
-		if err := os.MkdirAll(full, d.Mode); err != nil {
+	dirs := slices.Clone(p.Dirs)
+	slices.SortStableFunc(dirs, func(x, y Dir) int { return cmp.Compare(depth(x.Path), depth(y.Path)) })
+	for _, d := range dirs {
+		if err := a.dir(d); err != nil {
 			return fmt.Errorf("%s: %w", d.Path, err)
-		}
-		if err := os.Chmod(full, d.Mode); err != nil {
-			return fmt.Errorf("%s: %w", d.Path, err)
-		}
-		if err := a.chown(full, d.Node); err != nil {
-			return err
 		}
 	}
 	return nil
+}
+
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
+// dir makes one directory: its missing parents 0755, itself with the
+// config's mode and owner. An existing directory is kept and given them.
+func (a *Applier) dir(d Dir) error {
+	full := a.path(d.Path)
+	if d.Overwrite {
+		if err := a.clear(d.Path); err != nil {
+			return err
+		}
+	}
+	if err := mkdirs(filepath.Dir(full)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(full, 0o700); err == nil {
+		if err := atomicfile.SyncDir(filepath.Dir(full)); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := a.chown(full, d.Node); err != nil {
+		return err
+	}
+	return os.Chmod(full, d.Mode)
+}
+
+// clear removes what is at a directory's path before it is made, as
+// Ignition does with overwrite: true. A file or link there is removed on
+// every boot. A directory is removed with its contents on every boot when
+// the image brings it back, but on a persistent path only once (stamped):
+// Ignition's one run, at provisioning, never meets what the node keeps
+// there later.
+func (a *Applier) clear(path string) error {
+	full := a.path(path)
+	fi, err := os.Lstat(full)
+	exists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	persistent := a.persistent(path)
+	if persistent && a.stamped("overwrite", path, 0, nil) && (!exists || fi.IsDir()) {
+		return nil
+	}
+	if exists {
+		if err := os.RemoveAll(full); err != nil {
+			return err
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(full)); err != nil {
+			return err
+		}
+	}
+	if persistent {
+		return a.stamp("overwrite", path, 0, nil)
+	}
+	return nil
+}
+
+// mkdirs makes dir and its missing parents, each 0755 whatever the
+// umask, as Ignition makes the leading directories of what it writes, and
+// syncs each new entry into its parent.
+func mkdirs(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil
+	case err == nil:
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirs(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(parent)
 }
 
 func (a *Applier) files(ctx context.Context, p *Plan) error {
@@ -152,6 +270,9 @@ func (a *Applier) file(f File) error {
 	if err != nil {
 		return err
 	}
+	if err := mkdirs(filepath.Dir(full)); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFile(full, data, f.Mode, owner); err != nil {
 		return err
 	}
@@ -174,6 +295,9 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 			}
 			continue
 		}
+		if err := mkdirs(filepath.Dir(full)); err != nil {
+			return fmt.Errorf("%s: %w", l.Path, err)
+		}
 		if err := atomicfile.Symlink(l.Target, full); err != nil {
 			return err
 		}
@@ -184,12 +308,12 @@ func (a *Applier) links(ctx context.Context, p *Plan) error {
 	return nil
 }
 
-// hardLink makes l's missing parent directories (0755, as Ignition does),
-// links through a temporary name and renames it into place, synced.
+// hardLink makes l's missing parent directories, links through a
+// temporary name and renames it into place, synced.
 func (a *Applier) hardLink(l Link) error {
 	full := a.path(l.Path)
 	dir := filepath.Dir(full)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirs(dir); err != nil {
 		return err
 	}
 	tmp := full + ".kiln-link"

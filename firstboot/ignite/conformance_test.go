@@ -2,7 +2,9 @@ package ignite
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,7 +72,11 @@ func applyCase(t *testing.T, root, version string, cases []conformance.Case, boo
 		}
 		for _, c := range cases {
 			for path, contents := range c.Existing {
-				if err := os.WriteFile(filepath.Join(root, path), []byte(contents), 0o644); err != nil {
+				full := filepath.Join(root, path)
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(contents), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -115,6 +121,15 @@ func rebuild(t *testing.T, root string) {
 func checkNode(root string, n conformance.Node) error {
 	full := filepath.Join(root, n.Path)
 	fi, err := os.Lstat(full)
+	if n.Kind == conformance.Missing {
+		if err == nil {
+			return fmt.Errorf("exists (mode %v), want nothing there", fi.Mode())
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}

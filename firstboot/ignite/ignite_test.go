@@ -26,8 +26,9 @@ type fakeHost struct {
 	root     string
 }
 
-// Run records the command and emulates useradd's and groupadd's effect on
-// /etc/passwd and /etc/group: the ids, home and primary group they are given.
+// Run records the command and emulates the shadow tools' effect on
+// /etc/passwd and /etc/group: useradd's and groupadd's ids, home and
+// primary group, and the line userdel and groupdel remove.
 func (h *fakeHost) Run(_ context.Context, name string, args ...string) ([]byte, error) {
 	h.cmds = append(h.cmds, name+" "+strings.Join(args, " "))
 	flags := map[string]string{}
@@ -55,8 +56,26 @@ func (h *fakeHost) Run(_ context.Context, name string, args ...string) ([]byte, 
 		return nil, appendLine(filepath.Join(h.root, "etc/passwd"), fmt.Sprintf("%s:x:%s:%s:%s:%s:/bin/sh", entity, uid, gid, flags["-c"], home))
 	case "groupadd":
 		return nil, appendLine(filepath.Join(h.root, "etc/group"), fmt.Sprintf("%s:x:%s:", entity, flags["-g"]))
+	case "userdel":
+		return nil, removeLine(filepath.Join(h.root, "etc/passwd"), entity)
+	case "groupdel":
+		return nil, removeLine(filepath.Join(h.root, "etc/group"), entity)
 	}
 	return nil, nil
+}
+
+func removeLine(path, name string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if !strings.HasPrefix(line, name+":") {
+			kept = append(kept, line)
+		}
+	}
+	return os.WriteFile(path, []byte(strings.Join(kept, "")), 0o644)
 }
 
 func appendLine(path, line string) error {
@@ -191,7 +210,7 @@ func TestApplyWritesEveryKindOfNode(t *testing.T) {
 	if h.hostname != "node-1" {
 		t.Errorf("hostname set to %q", h.hostname)
 	}
-	if want := "useradd -G sudo -m ops"; len(h.cmds) != 1 || h.cmds[0] != want {
+	if want := "useradd -p * -G sudo -m ops"; len(h.cmds) != 1 || h.cmds[0] != want {
 		t.Errorf("host commands %v, want [%s]", h.cmds, want)
 	}
 	if got := strings.Join(s.calls, "|"); got != "reload|enable probe.service|start probe.service" {

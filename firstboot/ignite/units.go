@@ -16,6 +16,11 @@ const unitDir = "/etc/systemd/system"
 // enables, disables and starts as the config says.
 func (a *Applier) units(ctx context.Context, p *Plan) error {
 	var enable, disable []string
+	if len(p.Units) > 0 {
+		if err := mkdirs(a.path(unitDir)); err != nil {
+			return err
+		}
+	}
 	for _, u := range p.Units {
 		path := a.path(filepath.Join(unitDir, u.Name))
 		if u.Mask != nil && *u.Mask {
@@ -24,7 +29,10 @@ func (a *Applier) units(ctx context.Context, p *Plan) error {
 			}
 			continue
 		}
-		if u.Contents != nil {
+		// As in Ignition, a unit with no contents or empty contents is not
+		// written (its drop-ins and enabled then apply to the image's unit
+		// of that name), while an empty drop-in is.
+		if u.Contents != nil && *u.Contents != "" {
 			if err := atomicfile.WriteFile(path, []byte(*u.Contents), 0o644, nil); err != nil {
 				return fmt.Errorf("%s: %w", u.Name, err)
 			}
@@ -34,6 +42,9 @@ func (a *Applier) units(ctx context.Context, p *Plan) error {
 				continue
 			}
 			dp := a.path(filepath.Join(unitDir, u.Name+".d", d.Name))
+			if err := mkdirs(filepath.Dir(dp)); err != nil {
+				return fmt.Errorf("%s drop-in %s: %w", u.Name, d.Name, err)
+			}
 			if err := atomicfile.WriteFile(dp, []byte(*d.Contents), 0o644, nil); err != nil {
 				return fmt.Errorf("%s drop-in %s: %w", u.Name, d.Name, err)
 			}

@@ -1,5 +1,6 @@
 // Package ignition parses and validates an Ignition config (spec 3.0 to
-// 3.5) into 3.5 types, rejecting the parts kiln does not apply. The node
+// 3.5) into 3.5 types, rejecting the parts kiln does not apply and the
+// users and groups a config both deletes and uses. The node
 // agent (firstboot/ignite) applies what it returns; kiln gen checks every
 // config it renders with it.
 package ignition
@@ -52,7 +53,7 @@ func Parse(raw []byte) (types.Config, []string, error) {
 	if err != nil {
 		return types.Config{}, lines, &InvalidError{Report: lines, Err: err}
 	}
-	if problems := unsupported(cfg); len(problems) > 0 {
+	if problems := append(unsupported(cfg), deletions(cfg)...); len(problems) > 0 {
 		lines = append(lines, problems...)
 		return types.Config{}, lines, &InvalidError{Report: lines, Err: errors.New(strings.Join(problems, "; "))}
 	}

@@ -89,8 +89,7 @@ func TestParseRejectsWhatKilnDoesNotApply(t *testing.T) {
 			"storage.files[0].contents.httpHeaders: not sent by kiln"},
 		{"an s3 append", `"storage":{"files":[{"path":"/a","append":[{"source":"s3://bucket/a"}]}]}`,
 			`storage.files[0].append[0].source: scheme "s3" is not supported by kiln (data, http, https, tftp)`},
-		{"removing a user", `"passwd":{"users":[{"name":"core","shouldExist":false}]}`, "passwd.users[0].shouldExist: false (removing user core) is not applied by kiln"},
-		{"removing a group", `"passwd":{"groups":[{"name":"games","shouldExist":false}]}`, "passwd.groups[0].shouldExist: false (removing group games) is not applied by kiln"},
+		{"removing a user and a group", `"passwd":{"users":[{"name":"core","shouldExist":false}],"groups":[{"name":"games","shouldExist":false}]}`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +110,51 @@ func TestParseRejectsWhatKilnDoesNotApply(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(strings.Join(report, "\n"), tc.want) {
 				t.Fatalf("neither the error nor the report says %q:\n%v\n%s", tc.want, err, strings.Join(report, "\n"))
+			}
+		})
+	}
+}
+
+// A config that deletes a user or group and uses it elsewhere is refused
+// at the use, naming the deletion: applying it would fail half way.
+func TestParseRefusesDeletingWhatTheConfigUses(t *testing.T) {
+	const (
+		goneUser  = `"users":[{"name":"gone","shouldExist":false}]`
+		goneGroup = `"groups":[{"name":"old","shouldExist":false}]`
+	)
+	tests := []struct{ name, config, want string }{ // want "": accepted
+		{"deleting unused names", `"passwd":{` + goneUser + `,` + goneGroup + `}`, ""},
+		{"a user and its group by the same name", `"passwd":{"users":[{"name":"app","shouldExist":false}],"groups":[{"name":"app","shouldExist":false}]}`, ""},
+		{"owners by id of a deleted user", `"passwd":{` + goneUser + `},"storage":{"files":[{"path":"/a","user":{"id":1001}}]}`, ""},
+		{"root", `"passwd":{"users":[{"name":"root","shouldExist":false}]}`,
+			"passwd.users[0].shouldExist: false would delete root"},
+		{"a file owned by a deleted user", `"passwd":{` + goneUser + `},"storage":{"files":[{"path":"/a","user":{"name":"gone"}}]}`,
+			`storage.files[0].user.name: user "gone" is deleted by passwd.users[0] (shouldExist: false)`},
+		{"a directory of a deleted group", `"passwd":{` + goneGroup + `},"storage":{"directories":[{"path":"/d","group":{"name":"old"}}]}`,
+			`storage.directories[0].group.name: group "old" is deleted by passwd.groups[0] (shouldExist: false)`},
+		{"a link of a deleted user", `"passwd":{` + goneUser + `},"storage":{"links":[{"path":"/l","target":"/a","user":{"name":"gone"}}]}`,
+			`storage.links[0].user.name: user "gone" is deleted by passwd.users[0] (shouldExist: false)`},
+		{"a user whose primary group is deleted", `"passwd":{` + goneGroup + `,"users":[{"name":"app","primaryGroup":"old"}]}`,
+			`passwd.users[0].primaryGroup: group "old" is deleted by passwd.groups[0] (shouldExist: false)`},
+		{"a user in a deleted group", `"passwd":{` + goneGroup + `,"users":[{"name":"app","groups":["wheel","old"]}]}`,
+			`passwd.users[0].groups[1]: group "old" is deleted by passwd.groups[0] (shouldExist: false)`},
+		// The validator refuses a name listed twice, so a config cannot
+		// create and delete one user.
+		{"a user created and deleted", `"passwd":{"users":[{"name":"app"},{"name":"app","shouldExist":false}]}`,
+			"duplicate entry"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, report, err := Parse([]byte(`{"ignition":{"version":"3.4.0"},` + tc.config + `}`))
+			all := strings.Join(report, "\n")
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("%v\n%s", err, all)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(all, tc.want) {
+				t.Fatalf("err = %v, report:\n%s\nwant a line with %q", err, all, tc.want)
 			}
 		})
 	}

@@ -38,7 +38,6 @@ func unsupported(c types.Config) []string {
 	if len(c.KernelArguments.ShouldExist)+len(c.KernelArguments.ShouldNotExist) > 0 {
 		p.add("kernelArguments", "not applied by kiln (the image is immutable: put kernel arguments in the image spec's kernel.cmdline)")
 	}
-	p.passwd(c.Passwd)
 	return p
 }
 
@@ -165,19 +164,6 @@ func (p *problems) filesystems(fss []types.Filesystem) {
 		}
 		if fs.WipeFilesystem != nil && *fs.WipeFilesystem {
 			p.add(path+".wipeFilesystem", "not applied by kiln (it never reformats a %s filesystem)", StateLabel)
-		}
-	}
-}
-
-func (p *problems) passwd(pw types.Passwd) {
-	for i, g := range pw.Groups {
-		if g.ShouldExist != nil && !*g.ShouldExist {
-			p.add(fmt.Sprintf("passwd.groups[%d].shouldExist", i), "false (removing group %s) is not applied by kiln", g.Name)
-		}
-	}
-	for i, u := range pw.Users {
-		if u.ShouldExist != nil && !*u.ShouldExist {
-			p.add(fmt.Sprintf("passwd.users[%d].shouldExist", i), "false (removing user %s) is not applied by kiln", u.Name)
 		}
 	}
 }

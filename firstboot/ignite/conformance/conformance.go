@@ -49,10 +49,11 @@ type Case struct {
 	// Existing are files the image holds before the config is applied
 	// (the booted image has them already; unit tests write them).
 	Existing map[string]string
-	// Nodes are the files, directories and links that must exist after.
+	// Nodes are the files, directories and links that must exist after,
+	// and the paths that must not.
 	Nodes []Node
-	// Commands are checks only a booted node can make (users, units):
-	// the command's output must equal Want.
+	// Commands are checks only a booted node can make (users, groups and
+	// their shadow entries, units): the command's output must equal Want.
 	Commands []Command
 }
 
@@ -64,6 +65,7 @@ const (
 	Dir      Kind = "dir"
 	Symlink  Kind = "symlink"
 	HardLink Kind = "hardlink" // a regular file sharing Target's inode
+	Missing  Kind = "missing"  // nothing at the path
 )
 
 // Node is a path the agent must have made.
@@ -165,6 +167,13 @@ func Cases() []Case {
 			Nodes: []Node{
 				{Path: r + "/deep/a", Kind: Dir, Mode: 0o755, Owner: "0:0"},
 				rootFile(r+"/deep/a/b/file", "deep", 0o644)}},
+		{Name: "directory: missing parents are 0755 root whatever the directory's own mode", Since: "3.0.0",
+			Config: directories(obj{"path": r + "/private-parents/a/b", "mode": 0o700}),
+			Nodes: []Node{
+				{Path: r, Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents", Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents/a", Kind: Dir, Mode: 0o755, Owner: "0:0"},
+				{Path: r + "/private-parents/a/b", Kind: Dir, Mode: 0o700, Owner: "0:0"}}},
 		{Name: "file: owner and group by id", Since: "3.0.0",
 			Config: files(obj{"path": p + "/owned-by-id", "user": obj{"id": userID}, "group": obj{"id": groupID},
 				"contents": obj{"source": dataURL("ids")}}),
@@ -208,6 +217,16 @@ func Cases() []Case {
 		{Name: "directory: mode, owner and group by id", Since: "3.0.0",
 			Config: directories(obj{"path": p + "/dir-owned", "mode": 0o750, "user": obj{"id": userID}, "group": obj{"id": groupID}}),
 			Nodes:  []Node{{Path: p + "/dir-owned", Kind: Dir, Mode: 0o750, Owner: fmt.Sprintf("%d:%d", userID, groupID)}}},
+		{Name: "directory: overwrite true replaces an image file", Since: "3.0.0",
+			Existing: map[string]string{"/etc/issue.net": "Debian GNU/Linux 12\n"},
+			Config:   directories(obj{"path": "/etc/issue.net", "overwrite": true}),
+			Nodes:    []Node{{Path: "/etc/issue.net", Kind: Dir, Mode: 0o755, Owner: "0:0"}}},
+		{Name: "directory: overwrite true replaces an image directory with an empty one", Since: "3.0.0",
+			Existing: map[string]string{"/etc/update-motd.d/10-uname": "#!/bin/sh\nuname -snrvm\n"},
+			Config:   directories(obj{"path": "/etc/update-motd.d", "overwrite": true, "mode": 0o750}),
+			Nodes: []Node{
+				{Path: "/etc/update-motd.d", Kind: Dir, Mode: 0o750, Owner: "0:0"},
+				{Path: "/etc/update-motd.d/10-uname", Kind: Missing}}},
 		{Name: "link: symbolic, absolute target", Since: "3.0.0",
 			Config: links(obj{"path": r + "/link-absolute", "target": "/etc/hostname"}),
 			Nodes:  []Node{{Path: r + "/link-absolute", Kind: Symlink, Owner: "0:0", Target: "/etc/hostname"}}},
@@ -242,6 +261,33 @@ func Cases() []Case {
 				{Run: `test "$(id -u cf-system)" -lt 1000 && echo system`, Want: "system"},
 				{Run: "test -e /nonexistent-cf && echo home || echo no-home", Want: "no-home"},
 			}},
+		{Name: `passwd: a new user without a password, or with "", gets "*" in /etc/shadow`, Since: "3.0.0",
+			Config: js(obj{"passwd": obj{"users": []obj{
+				{"name": "cf-nopass", "noCreateHome": true},
+				{"name": "cf-emptypass", "noCreateHome": true, "passwordHash": ""}}}}),
+			Commands: []Command{
+				{Run: "getent shadow cf-nopass | cut -d: -f2", Want: "*"},
+				{Run: "getent shadow cf-emptypass | cut -d: -f2", Want: "*"},
+			}},
+		// The image's Debian base-passwd has the user irc (uid and gid 39,
+		// home /run/ircd, which does not exist) and the group fax.
+		{Name: "passwd: shouldExist false deletes an image user, its shadow entry and its user group", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{"users": []obj{{"name": "irc", "shouldExist": false}}}}),
+			Commands: []Command{
+				{Run: "getent passwd irc || echo absent", Want: "absent"},
+				{Run: "cat /etc/passwd /etc/shadow /etc/group /etc/gshadow | grep -c '^irc:'", Want: "0"},
+			}},
+		{Name: "passwd: shouldExist false deletes an image group and its gshadow entry", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{"groups": []obj{{"name": "fax", "shouldExist": false}}}}),
+			Commands: []Command{
+				{Run: "getent group fax || echo absent", Want: "absent"},
+				{Run: "cat /etc/group /etc/gshadow | grep -c '^fax:'", Want: "0"},
+			}},
+		{Name: "passwd: shouldExist false for a user and group the node does not have changes nothing", Since: "3.2.0",
+			Config: js(obj{"passwd": obj{
+				"users":  []obj{{"name": "cf-absent", "uid": 2199, "shouldExist": false}},
+				"groups": []obj{{"name": "cf-absent", "gid": 2199, "shouldExist": false}}}}),
+			Commands: []Command{{Run: "cat /etc/passwd /etc/group | grep -c '^cf-absent:'", Want: "0"}}},
 		{Name: "systemd: unit with a drop-in, enabled and started in this boot", Since: "3.0.0",
 			Config: units(obj{"name": "cf-marker.service", "enabled": true,
 				"contents": "[Unit]\nDescription=kiln conformance marker\n[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo \"$CF\" > /run/kiln-conformance-marker'\n[Install]\nWantedBy=multi-user.target\n",
@@ -259,6 +305,11 @@ func Cases() []Case {
 			Config:   units(obj{"name": "cf-masked.service", "mask": true}),
 			Nodes:    []Node{{Path: "/etc/systemd/system/cf-masked.service", Kind: Symlink, Owner: "0:0", Target: "/dev/null"}},
 			Commands: []Command{{Run: "systemctl is-enabled cf-masked.service", Want: "masked"}}},
+		{Name: `systemd: a unit with contents "" is not written, its empty drop-in is`, Since: "3.0.0",
+			Config: units(obj{"name": "cf-empty.service", "contents": "", "dropins": []obj{{"name": "10-empty.conf", "contents": ""}}}),
+			Nodes: []Node{
+				{Path: "/etc/systemd/system/cf-empty.service", Kind: Missing},
+				rootFile("/etc/systemd/system/cf-empty.service.d/10-empty.conf", "", 0o644)}},
 		{Name: "systemd: a drop-in for an image unit, without contents", Since: "3.0.0",
 			Config:   units(obj{"name": "fstrim.service", "dropins": []obj{{"name": "10-cf.conf", "contents": "[Unit]\nDescription=kiln conformance drop-in\n"}}}),
 			Nodes:    []Node{rootFile("/etc/systemd/system/fstrim.service.d/10-cf.conf", "[Unit]\nDescription=kiln conformance drop-in\n", 0o644)},
