@@ -12,6 +12,8 @@ pkgs=(
   qemu-system-x86 qemu-utils ovmf ipxe-qemu    # QEMU boots (BIOS, UEFI, PXE)
   systemd-container cpio zstd                  # nspawn tests, initramfs tools
   iproute2 iptables                            # kiln-net's real test in a throwaway namespace
+  dnsmasq-base                                 # DHCP for the network-boot scenario in a test namespace
+  chromium                                     # ops/serve's status page test in a real headless browser
 )
 
 missing=()
