@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/gen/nodeconfig"
+	"github.com/kiln-project/kiln/internal/browser"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/ops/serve"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -301,12 +302,33 @@ func (b *bootServer) forward(t *testing.T) string {
 }
 
 // checkStatusPage: kiln serve's status lists every machine of the run
-// with what it fetched and its last phase (done).
+// with what it fetched and its last phase (done), and its page, read in
+// a real headless browser, shows each machine's row with that phase.
 func checkStatusPage(t *testing.T, b *bootServer, tp cluster.Topology) {
 	t.Helper()
 	st := checkStatusShowsPhases(t, b, tp)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	br, err := browser.Open(ctx)
+	if err != nil {
+		t.Fatalf("the status page needs a browser: %v", err)
+	}
+	defer br.Close()
+	url := b.forward(t)
+	if err := br.Load(ctx, url+"/"); err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range tp.Machines {
 		n := nodeStatus(st, m.Name)
-		t.Logf("kiln serve's status: %s (%s): %d fetches, last phase %q", n.Name, n.Role, len(n.Fetches), n.Phase.Phase)
+		row, err := br.WaitText(ctx, "tr#node-"+m.Name, n.Phase.Phase)
+		if err != nil {
+			t.Fatalf("the status page's row of %s: %v", m.Name, err)
+		}
+		for _, want := range []string{m.Name, m.Role, strings.ToLower(m.MAC)} {
+			if !strings.Contains(row, want) {
+				t.Errorf("the status page's row of %s, %q, does not show %q", m.Name, row, want)
+			}
+		}
+		t.Logf("kiln serve's page: %s", strings.Join(strings.Fields(row), " "))
 	}
 }
