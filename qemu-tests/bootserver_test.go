@@ -332,3 +332,37 @@ func checkStatusPage(t *testing.T, b *bootServer, tp cluster.Topology) {
 		t.Logf("kiln serve's page: %s", strings.Join(strings.Fields(row), " "))
 	}
 }
+
+// checkRebootsAskedNothingSecret: after the power cuts every machine
+// booted through kiln serve again (an iPXE script fetched since cut),
+// and none asked for a master's config: each came back from the config
+// on its state disk. A refused fetch from a master's own address would
+// be the false alarm an operator must never learn to ignore.
+func checkRebootsAskedNothingSecret(t *testing.T, b *bootServer, tp cluster.Topology, cut time.Time) {
+	t.Helper()
+	st, err := b.status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range tp.Machines {
+		n := nodeStatus(st, m.Name)
+		if n == nil {
+			t.Fatalf("kiln serve's status lists no %s", m.Name)
+		}
+		booted := false
+		for _, f := range n.Fetches {
+			if f.What == "ipxe" && f.At.After(cut) {
+				booted = true
+			}
+			if f.Refused != "" && f.At.After(cut) {
+				t.Errorf("kiln serve refused %s %s to %s at %s: %s", m.Name, f.What, f.From, f.At.Format(time.RFC3339), f.Refused)
+			}
+			if n.Secret && f.What == m.Name+".ign" && f.At.After(cut) {
+				t.Errorf("%s asked for its config again after the power cut (at %s): it should boot from its state disk", m.Name, f.At.Format(time.RFC3339))
+			}
+		}
+		if !booted {
+			t.Errorf("%s fetched no iPXE script from kiln serve after the power cut: it did not boot through it", m.Name)
+		}
+	}
+}

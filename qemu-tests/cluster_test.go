@@ -141,7 +141,9 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		namedCheck{"kiln serve: m1's config not served twice", func(t *testing.T) { checkMasterConfigOnce(t, r.boot, kube, image, from, m1IP) }},
 		namedCheck{"kiln serve: a machine the site does not name", func(t *testing.T) { checkStrangerRefused(t, r.boot, r.dir) }})
 
+	cut := time.Now()
 	r.powerCutsInARow(t, "cluster", tp, nodes, nil)
+	checkRebootsAskedNothingSecret(t, r.boot, tp, cut)
 	if !tp.HasWorker("w1") {
 		return
 	}
