@@ -6,6 +6,8 @@
 # ONLY=genesis (or builds,floor,sizes,boots) to run a part into
 # bench/results-<parts>.md. TIMING=slow runs the genesis part with the
 # slow timing profile (a host whose plain boot takes about a minute).
+# BOOT=name runs only the boot paths whose name holds it, e.g.
+# ONLY=boots BOOT="kiln serve" into bench/results-boots-kiln-serve.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -14,7 +16,11 @@ if [[ ! -f "$OUT/node.manifest.json" ]]; then
 	./bin/kiln build -o "$OUT"
 fi
 args=(-kiln bin/kiln -out "$OUT" -results bench/results.md)
-[[ -n "${ONLY:-}" ]] && args=(-kiln bin/kiln -out "$OUT" -only "$ONLY" -results "bench/results-${ONLY//,/-}.md")
+if [[ -n "${ONLY:-}" ]]; then
+	name=${ONLY//,/-}${BOOT:+-${BOOT// /-}}
+	args=(-kiln bin/kiln -out "$OUT" -only "$ONLY" -results "bench/results-$name.md")
+fi
+[[ -n "${BOOT:-}" ]] && args+=(-boot "$BOOT")
 [[ -n "${SKIP_COLD:-}" ]] && args+=(-skip-cold)
 [[ -n "${TIMING:-}" ]] && args+=(-genesis-timing "$TIMING")
 exec go run ./qemu-tests/cmd/kiln-bench "${args[@]}"

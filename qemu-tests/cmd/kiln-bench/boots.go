@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/builder"
@@ -57,6 +58,9 @@ func bootPaths() []bootPath {
 func benchBoots(ctx context.Context, o options, work string, r *report) error {
 	head := [3]string{"boot path", "power-on to `done`", "floor: plain boot to the login prompt"}
 	for _, p := range bootPaths() {
+		if !strings.Contains(p.name, o.bootPaths) {
+			continue
+		}
 		dir := filepath.Join(work, "boot", regexp.MustCompile(`\W+`).ReplaceAllString(p.name, "-"))
 		fmt.Fprintf(os.Stderr, "== boot: %s\n", p.name)
 		done, err := timeBoot(ctx, o, filepath.Join(dir, "agent"), p, false, doneLine)

@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&opts.results, "results", "bench/results.md", "where the figures go")
 	flag.BoolVar(&opts.skipCold, "skip-cold", false, "skip the cold build (it downloads every package again)")
 	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis, cluster")
+	flag.StringVar(&opts.bootPaths, "boot", "", "run only the boot paths whose name contains this, e.g. \"kiln serve\"")
 	flag.IntVar(&opts.restores, "genesis-restores", 3, "power cuts in a row in the genesis part; it reports the median")
 	flag.StringVar(&opts.genesisTiming, "genesis-timing", site.TimingDefault, "the genesis part's timing profile (cluster.timing): "+strings.Join(site.Timings, " or ")+
 		"; on a host whose plain boot takes a minute the default lets the controller-manager lose its lease again and again")
@@ -59,6 +60,7 @@ func main() {
 type options struct {
 	kiln, out, cache, results, only string
 	genesisTiming, readme           string
+	bootPaths                       string
 	skipCold, summaryOnly           bool
 	restores                        int
 }
