@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -237,6 +238,7 @@ When it stops it leaves the routes and rules in place for the running pods.`,
 func newCheckCmd() *cobra.Command {
 	check := &cobra.Command{Use: "check", Short: "Checks run inside pods to validate a cluster (the kiln image)"}
 	var retry time.Duration
+	var status int
 	var answer netcheck.Answer
 	dns := &cobra.Command{
 		Use:   "dns NAME",
@@ -262,7 +264,7 @@ the apiservers serving, so a check of that set waits here for it.`,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, u := range args {
-				body, err := netcheck.Get(cmd.Context(), u, retry, cmd.ErrOrStderr())
+				body, err := netcheck.GetStatus(cmd.Context(), u, status, retry, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
@@ -271,6 +273,7 @@ the apiservers serving, so a check of that set waits here for it.`,
 			return nil
 		},
 	}
+	httpGet.Flags().IntVar(&status, "status", http.StatusOK, "the HTTP status each URL must answer with (e.g. 403 for a refusal the check expects)")
 	for _, c := range []*cobra.Command{dns, httpGet} {
 		c.Flags().DurationVar(&retry, "retry", 0, "keep trying this long")
 	}

@@ -69,6 +69,13 @@ func Resolve(ctx context.Context, name string, want Answer, bound time.Duration,
 
 // Get fetches url, retrying until bound passes, and returns the body.
 func Get(ctx context.Context, url string, bound time.Duration, progress io.Writer) (string, error) {
+	return GetStatus(ctx, url, http.StatusOK, bound, progress)
+}
+
+// GetStatus fetches url until it answers with status want (a refusal a
+// check expects, such as 403, counts as the answer) or bound passes,
+// and returns the body.
+func GetStatus(ctx context.Context, url string, want int, bound time.Duration, progress io.Writer) (string, error) {
 	var body string
 	err := retryBound(ctx, bound, progress, "GET "+url, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -84,8 +91,8 @@ func Get(ctx context.Context, url string, bound time.Duration, progress io.Write
 		if err != nil {
 			return err
 		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %s", resp.Status)
+		if resp.StatusCode != want {
+			return fmt.Errorf("status %s, want %d", resp.Status, want)
 		}
 		body = strings.TrimSpace(string(data))
 		return nil
@@ -95,12 +102,22 @@ func Get(ctx context.Context, url string, bound time.Duration, progress io.Write
 
 // retryBound calls try (each call bounded to 5 s) every retry.Interval
 // until it succeeds or bound passes, and reports each failed try to
-// progress; the error names what was tried.
+// progress; the error names what was tried. A bound of 0 is one try:
+// a poll bounded by 0 would hand its one try a context already ended.
 func retryBound(ctx context.Context, bound time.Duration, progress io.Writer, what string, try func(context.Context) error) error {
-	return retry.Wait(ctx, what, bound, nil, func(ctx context.Context) error {
+	once := func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		err := try(cctx)
+		return try(cctx)
+	}
+	if bound <= 0 {
+		if err := once(ctx); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	return retry.Wait(ctx, what, bound, nil, func(ctx context.Context) error {
+		err := once(ctx)
 		if err != nil {
 			fmt.Fprintf(progress, "%s: %v (retrying)\n", what, err)
 		}

@@ -32,7 +32,7 @@ func TestGetRetriesUntilTheServerAnswers(t *testing.T) {
 	defer srv.Close()
 	var progress bytes.Buffer
 	body, err := Get(context.Background(), srv.URL, 10*time.Second, &progress)
-	if err != nil || body != "ok" || !strings.Contains(progress.String(), "503 Service Unavailable (retrying)") {
+	if err != nil || body != "ok" || !strings.Contains(progress.String(), "503 Service Unavailable, want 200 (retrying)") {
 		t.Fatalf("got %q, %v; progress %q", body, err, progress.String())
 	}
 }
@@ -44,6 +44,35 @@ func TestGetGivesUpAfterItsBound(t *testing.T) {
 	_, err := Get(context.Background(), srv.URL, 3*time.Second, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "GET "+srv.URL+": gave up after 3s: status 404") || time.Since(start) > 8*time.Second {
 		t.Fatalf("got %v after %s", err, time.Since(start))
+	}
+}
+
+func TestGetStatusTakesTheRefusalItWaitsFor(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 2 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		http.Error(w, "refused: already delivered", http.StatusForbidden)
+	}))
+	defer srv.Close()
+	body, err := GetStatus(context.Background(), srv.URL, http.StatusForbidden, 10*time.Second, &bytes.Buffer{})
+	if err != nil || body != "refused: already delivered" {
+		t.Fatalf("got %q, %v", body, err)
+	}
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("here it is")) }))
+	defer ok.Close()
+	if body, err := GetStatus(context.Background(), ok.URL, http.StatusForbidden, 0, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "status 200 OK, want 403") {
+		t.Fatalf("a 200 where 403 is wanted: got %q, %v", body, err)
+	}
+}
+
+func TestGetWithNoBoundTriesOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("once\n")) }))
+	defer srv.Close()
+	if body, err := Get(context.Background(), srv.URL, 0, &bytes.Buffer{}); err != nil || body != "once" {
+		t.Fatalf("got %q, %v", body, err)
 	}
 }
 
