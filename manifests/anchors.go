@@ -50,8 +50,8 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 // Anchors are two DaemonSets: one on the masters (by label) whose single
 // pod keeps every anchored component's static pod and the discovery zone
 // and, under its own service account (nodes: get, list, patch), applies
-// the labels workers request; and one keeping the zone on every other
-// node. Both read the one Endpoints object the zone comes from,
+// the labels workers request that the site gives them; and one keeping
+// the zone on every other node. Both read the one Endpoints object the zone comes from,
 // default/kubernetes, and no other (DiscoveryRole). One pod per master
 // rather than one per component: after a whole-cluster power cut every
 // kubelet starts its node's API-sourced pods at once against the first
@@ -137,8 +137,9 @@ func anchorDaemonSet(p Params, name string, components []string) *appsv1.DaemonS
 // stored Ignition config (/var/lib/kiln/config.ign) or one the image
 // carries (/usr/lib/kiln/config.ign), which hold every key the node has.
 func anchorMounts(spec *corev1.PodSpec, components []string) {
-	// The node file, read-only: the discovery name, and what the
-	// control plane's pods are rendered from.
+	// The node file, read-only: the discovery name, what the control
+	// plane's pods are rendered from, and on a master the labels the
+	// site gives each worker.
 	hostMount(spec, "node-file", nodefile.Path, true, corev1.HostPathFile)
 	if slices.Contains(components, DiscoveryAnchor) {
 		// The node-local CoreDNS's directory, where it writes the zone.
