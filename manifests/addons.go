@@ -91,6 +91,26 @@ func clusterRoleBinding(name, role, sa string) *rbacv1.ClusterRoleBinding {
 	}
 }
 
+// namespacedRBACMeta is clusterMeta for a Role or RoleBinding in ns.
+func namespacedRBACMeta(name, ns string) metav1.ObjectMeta {
+	m := clusterMeta(name)
+	m.Namespace = ns
+	return m
+}
+
+// roleBinding binds the Role role in ns to kube-system's service
+// accounts sas.
+func roleBinding(name, ns, role string, sas ...string) *rbacv1.RoleBinding {
+	b := &rbacv1.RoleBinding{
+		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: namespacedRBACMeta(name, ns),
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role},
+	}
+	for _, sa := range sas {
+		b.Subjects = append(b.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: "kube-system"})
+	}
+	return b
+}
+
 func groupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
 	return &rbacv1.ClusterRoleBinding{
 		TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: clusterMeta(name),
@@ -130,8 +150,9 @@ func nodeLocalDNS(p Params) (corev1.DNSPolicy, *corev1.PodDNSConfig) {
 }
 
 // daemonSet is a host-network, node-critical DaemonSet that tolerates
-// every taint (it is what makes a node usable).
-func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) *appsv1.DaemonSet {
+// every taint (it is what makes a node usable), confined with no
+// capability (podsecurity.go) unless its caller says otherwise.
+func daemonSet(p Params, name, sa, image string, cmd []string) *appsv1.DaemonSet {
 	policy, dnsConfig := nodeLocalDNS(p)
 	labels := map[string]string{"k8s-app": name}
 	return &appsv1.DaemonSet{
@@ -143,12 +164,13 @@ func daemonSet(p Params, name, sa, image string, cmd []string, privileged bool) 
 				Spec: corev1.PodSpec{
 					ServiceAccountName: sa, HostNetwork: true, DNSPolicy: policy, DNSConfig: dnsConfig,
 					PriorityClassName: "system-node-critical",
+					SecurityContext:   podSecurity(),
 					Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-						SecurityContext: &corev1.SecurityContext{Privileged: &privileged},
+						SecurityContext: confined(),
 						Resources:       requests(name, ""),
 					}},
 				},
@@ -192,12 +214,21 @@ const CNIConfDir = "/etc/cni/net.d"
 // privileged, and the host's xtables lock shared with kube-proxy.
 func kilnNet(p Params) []runtime.Object {
 	ds := daemonSet(p, "kiln-net", "kiln-net", p.Images.Kiln, []string{KilnInImage, "net", "--server", apiServerURL(p),
-		"--cluster-cidr=" + p.Node.Cluster.PodCIDR}, false)
+		"--cluster-cidr=" + p.Node.Cluster.PodCIDR})
 	spec := &ds.Spec.Template.Spec
-	spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}}
+	// NET_ADMIN: ip route changes the host's routes, iptables-restore
+	// its netfilter rules. NET_RAW: iptables may open a raw socket to
+	// ask the kernel which revisions of a match or target it has.
+	spec.Containers[0].SecurityContext = confined("NET_ADMIN", "NET_RAW")
 	MountKilnBinary(spec)
+	// The CNI configuration directory, where it writes the node's
+	// conflist.
 	hostMount(spec, "cni", CNIConfDir, false, corev1.HostPathDirectoryOrCreate)
-	hostMount(spec, "xtables-lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate)
+	// The host-wide lock iptables -w waits on (with the legacy
+	// backend; the nft backend has the kernel serialise changes), so
+	// that kiln-net's, kube-proxy's and the host's changes never
+	// interleave.
+	hostMount(spec, "xtables-lock", XtablesLock, false, corev1.HostPathFileOrCreate)
 	return []runtime.Object{
 		serviceAccount("kiln-net"),
 		clusterRole("kiln:net", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}),
@@ -226,18 +257,37 @@ func serviceAccountKubeconfig(p Params, user string) string {
 	return string(data)
 }
 
+// XtablesLock is the host's iptables lock.
+const XtablesLock = "/run/xtables.lock"
+
+// kubeProxy is kube-proxy in iptables mode, privileged: at start it
+// writes kernel parameters, net.netfilter.nf_conntrack_max (and the
+// conntrack hash size under /sys/module) and the conntrack TCP timeouts
+// with its default configuration, and net.ipv4.conf.all.route_localnet
+// for NodePorts on 127.0.0.1, and fails to start when it cannot. The
+// runtime mounts /proc/sys and /sys read-only in every container that is
+// not privileged, whatever its capabilities. A privileged container has
+// every capability and, under containerd, no seccomp profile.
 func kubeProxy(p Params) []runtime.Object {
 	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: meta("kube-proxy"),
 		Data: map[string]string{"kubeconfig.conf": serviceAccountKubeconfig(p, "kube-proxy")}}
 	ds := daemonSet(p, "kube-proxy", "kube-proxy", p.Images.Proxy, []string{
 		"/usr/local/bin/kube-proxy", "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
 		"--cluster-cidr=" + p.Node.Cluster.PodCIDR, "--hostname-override=$(NODE_NAME)", "--proxy-mode=iptables",
-	}, true)
+	})
 	spec := &ds.Spec.Template.Spec
+	privileged := true
+	spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "kube-proxy", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-proxy"}}}})
 	spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "kube-proxy", MountPath: "/var/lib/kube-proxy"})
-	hostMount(spec, "xtables-lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate)
+	// The lock kiln-net's iptables also waits on (see kilnNet).
+	hostMount(spec, "xtables-lock", XtablesLock, false, corev1.HostPathFileOrCreate)
+	// The host's kernel modules, read-only, as upstream's kube-proxy
+	// mounts them: iptables of the legacy backend (a prebuilt kube-proxy
+	// image may choose it) loads ip_tables through modprobe where the
+	// image has one. kiln's image carries the nft backend, whose modules
+	// the kernel loads by itself.
 	hostMount(spec, "lib-modules", "/lib/modules", true, corev1.HostPathDirectory)
 	return []runtime.Object{
 		serviceAccount("kube-proxy"),
@@ -306,6 +356,7 @@ func clusterDNS(p Params) []runtime.Object {
 				Spec: corev1.PodSpec{
 					ServiceAccountName: "coredns", DNSPolicy: policy, DNSConfig: dnsConfig,
 					PriorityClassName: "system-cluster-critical",
+					SecurityContext:   podSecurity(),
 					Tolerations: []corev1.Toleration{{Key: MasterLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 						{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
@@ -317,8 +368,9 @@ func clusterDNS(p Params) []runtime.Object {
 						Resources:    requests("coredns", ""),
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 							Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 5},
-						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
-							Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}}},
+						// NET_BIND_SERVICE: it listens on port 53 (see
+						// NodeLocalDNS).
+						SecurityContext: confined("NET_BIND_SERVICE"),
 					}},
 					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 						LocalObjectReference: corev1.LocalObjectReference{Name: "coredns"}}}}},

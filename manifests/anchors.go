@@ -33,10 +33,10 @@ var MastersAnchorComponents = append(
 	slices.DeleteFunc(slices.Clone(AnchoredComponents), func(c string) bool { return c == "etcd" }),
 	"etcd", DiscoveryAnchor)
 
-// CatalogDir is the image's catalog directory, which anchors read, and
-// AnchorBackupDir where an anchor's cleanup moves its manifest.
+// CatalogFile is the image's catalog, which the masters' anchor reads,
+// and AnchorBackupDir where an anchor's cleanup moves its manifest.
 const (
-	CatalogDir      = layout.LibDir
+	CatalogFile     = layout.LibDir + "/images.json"
 	AnchorBackupDir = "/var/lib/kiln/manifests-backup"
 )
 
@@ -49,25 +49,25 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 
 // Anchors are two DaemonSets: one on the masters (by label) whose single
 // pod keeps every anchored component's static pod and the discovery zone
-// and, under its own service account (endpoints: read; nodes: get, list,
-// patch), applies the labels workers request; and one keeping the zone on
-// every other node. One pod per master rather than one per component:
-// after a whole-cluster power cut every kubelet starts its node's
-// API-sourced pods at once against the first apiserver to answer, and
-// each pod is a sandbox, a container and a Go program started on a
-// machine that is also starting that apiserver. An anchor pod only keeps
-// files; its preStop hook, run when the pod is deleted through the API
-// (never on a power cut), moves the components' manifests to a backup
-// directory, bounded by the grace period.
+// and, under its own service account (nodes: get, list, patch), applies
+// the labels workers request that the site gives them; and one keeping
+// the zone on every other node. Both read the one Endpoints object the zone comes from,
+// default/kubernetes, and no other (DiscoveryRole). One pod per master
+// rather than one per component: after a whole-cluster power cut every
+// kubelet starts its node's API-sourced pods at once against the first
+// apiserver to answer, and each pod is a sandbox, a container and a Go
+// program started on a machine that is also starting that apiserver. An
+// anchor pod only keeps files; its preStop hook, run when the pod is
+// deleted through the API (never on a power cut), moves the components'
+// manifests to a backup directory, bounded by the grace period.
 func Anchors(p Params) []runtime.Object {
-	endpoints := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"get", "list", "watch"}}
 	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}}
 	objs := []runtime.Object{
 		serviceAccount(OthersAnchor),
-		clusterRole("kiln:anchor-discovery", []rbacv1.PolicyRule{endpoints}),
-		clusterRoleBinding("kiln:anchor-discovery", "kiln:anchor-discovery", OthersAnchor),
 		serviceAccount(MastersAnchor),
-		clusterRole("kiln:anchor-control-plane", []rbacv1.PolicyRule{endpoints, nodes}),
+		DiscoveryRole(),
+		roleBinding(DiscoveryRoleName, DiscoveryNamespace, DiscoveryRoleName, OthersAnchor, MastersAnchor),
+		clusterRole("kiln:anchor-control-plane", []rbacv1.PolicyRule{nodes}),
 		clusterRoleBinding("kiln:anchor-control-plane", "kiln:anchor-control-plane", MastersAnchor),
 	}
 
@@ -88,6 +88,27 @@ func Anchors(p Params) []runtime.Object {
 	return append(objs, masters, others)
 }
 
+// The Endpoints object the discovery zone is made from, and the Role
+// that reads it.
+const (
+	DiscoveryNamespace = "default"
+	DiscoveryEndpoints = "kubernetes"
+	DiscoveryRoleName  = "kiln:anchor-discovery"
+)
+
+// DiscoveryRole lets its holders get the kubernetes Endpoints by name,
+// and nothing else: not another Endpoints object, not a list or a watch
+// (a list is refused under resourceNames unless it selects the name with
+// a field selector, and the anchor only gets the object).
+func DiscoveryRole() *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "Role"),
+		ObjectMeta: namespacedRBACMeta(DiscoveryRoleName, DiscoveryNamespace),
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"endpoints"},
+			ResourceNames: []string{DiscoveryEndpoints}, Verbs: []string{"get"}}},
+	}
+}
+
 // anchorCommand is kiln anchor for the components, in order.
 func anchorCommand(components []string) []string {
 	cmd := []string{KilnInImage, "anchor"}
@@ -97,8 +118,11 @@ func anchorCommand(components []string) []string {
 	return cmd
 }
 
+// anchorDaemonSet is an anchor's DaemonSet, confined with no capability:
+// an anchor reads and writes root's files under the directories it
+// mounts, and talks to the apiserver.
 func anchorDaemonSet(p Params, name string, components []string) *appsv1.DaemonSet {
-	ds := daemonSet(p, name, name, p.Images.Kiln, append(anchorCommand(components), "--server", apiServerURL(p)), false)
+	ds := daemonSet(p, name, name, p.Images.Kiln, append(anchorCommand(components), "--server", apiServerURL(p)))
 	grace := int64(30)
 	spec := &ds.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
@@ -108,21 +132,33 @@ func anchorDaemonSet(p Params, name string, components []string) *appsv1.DaemonS
 }
 
 // anchorMounts are the host paths an anchor reads and writes, and
-// nothing else: the node file, and the directories it keeps its files
-// in. No anchor sees the PKI, the kubeconfigs or the stored Ignition
-// config (/var/lib/kiln/config.ign, which holds every key the node has).
+// nothing else: the node file, the image's catalog, and the directories
+// it keeps its files in. No anchor sees the PKI, the kubeconfigs, the
+// stored Ignition config (/var/lib/kiln/config.ign) or one the image
+// carries (/usr/lib/kiln/config.ign), which hold every key the node has.
 func anchorMounts(spec *corev1.PodSpec, components []string) {
+	// The node file, read-only: the discovery name, what the control
+	// plane's pods are rendered from, and on a master the labels the
+	// site gives each worker.
 	hostMount(spec, "node-file", nodefile.Path, true, corev1.HostPathFile)
 	if slices.Contains(components, DiscoveryAnchor) {
+		// The node-local CoreDNS's directory, where it writes the zone.
 		hostMount(spec, "dns", DNSDir, false, corev1.HostPathDirectory)
 	}
 	if !slices.ContainsFunc(components, func(c string) bool { return c != DiscoveryAnchor }) {
 		return
 	}
-	hostMount(spec, "catalog", CatalogDir, true, corev1.HostPathDirectory)
+	// The image's catalog, read-only: the images the static pods run.
+	// The file, not its directory, which may hold an embedded config.
+	hostMount(spec, "catalog", CatalogFile, true, corev1.HostPathFile)
+	// The static pod directory, where it writes the components' pods.
 	hostMount(spec, "manifests", StaticPodDir, false, corev1.HostPathDirectory)
+	// Where its cleanup moves the pods, and where kiln-leave marks the
+	// removal of this master's etcd member.
 	hostMount(spec, "manifests-backup", AnchorBackupDir, false, corev1.HostPathDirectoryOrCreate)
 	if slices.Contains(components, "etcd") {
+		// etcd's configuration directory: it writes etcd.conf.yaml there,
+		// rendered from the membership record beside it.
 		hostMount(spec, "etcd-config", EtcdConfigDir, false, corev1.HostPathDirectory)
 	}
 }

@@ -29,6 +29,12 @@ func Corefile(p Params) string {
 func NodeLocalDNS(p Params) *corev1.Pod {
 	pod := staticPod("kiln-node-dns", p.Images.CoreDNS, []string{"/coredns", "-conf", CorefilePath}, nil)
 	pod.Labels["tier"] = "node"
+	// NET_BIND_SERVICE: it listens on port 53. kiln's CoreDNS image runs
+	// it as root; an image that runs it as another user gives the binary
+	// the capability as a file capability, which also takes effect only
+	// when the container keeps it.
+	pod.Spec.Containers[0].SecurityContext = confined("NET_BIND_SERVICE")
+	// The Corefile and the zone the anchor keeps, read-only.
 	mount(pod, "dns", DNSDir, true, corev1.HostPathDirectory)
 	return pod
 }

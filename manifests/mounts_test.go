@@ -7,6 +7,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kiln-project/kiln/contract/layout"
 )
 
 // hostPaths are the host paths a pod spec mounts.
@@ -44,7 +46,8 @@ var secretFiles = []struct {
 	{KubeconfigDir + "/kubelet.conf", nil},
 	{KubeconfigDir + "/controller-manager.conf", []string{"kube-controller-manager"}},
 	{KubeconfigDir + "/scheduler.conf", []string{"kube-scheduler"}},
-	{"/var/lib/kiln/config.ign", nil},
+	{layout.StateConfigPath, nil},
+	{layout.EmbeddedConfigPath, nil},
 	{"/var/lib/kiln/backup/etcd", nil},
 	{EtcdDataDir + "/member", []string{"etcd"}},
 }
@@ -126,14 +129,18 @@ func TestDiscoveryAnchorMountsNoState(t *testing.T) {
 	}
 }
 
-// Every file a static pod mounts is read-only; a static pod writes only
-// its data or log directory.
+// Every host file a static pod mounts is read-only; a static pod writes
+// only its data or log directory on the host.
 func TestStaticPodFileMountsAreReadOnly(t *testing.T) {
 	p := GenesisParams(node("m1", "genesis", "192.168.10.11"), testImages)
 	writable := map[string][]string{"etcd": {EtcdDataDir}, "kube-apiserver": {AuditLogDir}}
 	for _, pod := range ControlPlane(p) {
+		host := map[string]bool{}
+		for _, v := range pod.Spec.Volumes {
+			host[v.Name] = v.HostPath != nil
+		}
 		for _, vm := range pod.Spec.Containers[0].VolumeMounts {
-			if !vm.ReadOnly && !slices.Contains(writable[pod.Name], vm.MountPath) {
+			if host[vm.Name] && !vm.ReadOnly && !slices.Contains(writable[pod.Name], vm.MountPath) {
 				t.Errorf("%s mounts %s writable", pod.Name, vm.MountPath)
 			}
 		}

@@ -52,11 +52,20 @@ func Etcd(p Params) *corev1.Pod {
 	if t.EtcdRealtime {
 		c := &pod.Spec.Containers[0]
 		c.Command = rtexec.Command(c.Command...)
-		c.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_NICE"}}}
+		// SYS_NICE: rt-exec sets the real-time round-robin policy,
+		// which etcd then inherits.
+		c.SecurityContext = confined("SYS_NICE")
+		// rt-exec, the program etcd starts through.
 		mount(pod, "rt-exec", rtexec.Path, true, corev1.HostPathFile)
 	}
+	// etcd's data: the one directory it writes (its snapshots' and
+	// defragmentation's temporary files included).
 	mount(pod, "etcd-data", EtcdDataDir, false, corev1.HostPathDirectoryOrCreate)
+	// etcd's configuration file, as a directory: the anchor replaces the
+	// file by renaming a new one over it, which a mount of the file
+	// itself would not show.
 	mount(pod, "etcd-config", EtcdConfigDir, true, corev1.HostPathDirectory)
+	// Its serving and peer pairs and the etcd CA, one file each.
 	client, peer := etcdTransport()
 	mountFiles(pod, client.files(), peer.files())
 	return pod
@@ -100,7 +109,14 @@ func APIServer(p Params) *corev1.Pod {
 	flags = append(flags, apiServerHardening(p)...)
 	pod := staticPod("kube-apiserver", p.Images.APIServer, command("kube-apiserver", flags), httpProbe("/livez", c.APIServerPort, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
+	if c.APIServerPort < 1024 {
+		// NET_BIND_SERVICE: the site's apiServerPort is below 1024.
+		pod.Spec.Containers[0].SecurityContext = confined("NET_BIND_SERVICE")
+	}
+	// The files its flags name (its pairs, the keys it checks and signs
+	// with, its configuration files), read-only, one file each.
 	mountFiles(pod, namedFiles(flags))
+	// The audit log, which it writes and rotates.
 	mount(pod, "audit-log", AuditLogDir, false, corev1.HostPathDirectoryOrCreate)
 	return pod
 }
@@ -137,9 +153,22 @@ func ControllerManager(p Params) *corev1.Pod {
 	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-controller-manager", p.Images.ControllerManager, command("kube-controller-manager", flags), httpProbe("/healthz", 10257, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
+	// Its kubeconfig, the CA pair it signs kubelet certificates with,
+	// sa.key, the CAs it checks clients against: read-only, one file each.
 	mountFiles(pod, namedFiles(flags))
+	// The FlexVolume prober creates and watches its plugin directory at
+	// start, and on a read-only root filesystem logs an error instead.
+	// kiln installs no FlexVolume driver: an empty directory will do.
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "flexvolume-dir",
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	c0 := &pod.Spec.Containers[0]
+	c0.VolumeMounts = append(c0.VolumeMounts, corev1.VolumeMount{Name: "flexvolume-dir", MountPath: FlexVolumePluginDir})
 	return pod
 }
+
+// FlexVolumePluginDir is the controller-manager's default
+// --flex-volume-plugin-dir.
+const FlexVolumePluginDir = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec"
 
 // Scheduler is the node's kube-scheduler.
 func Scheduler(p Params) *corev1.Pod {
@@ -157,12 +186,15 @@ func Scheduler(p Params) *corev1.Pod {
 	flags = append(flags, componentHardening()...)
 	pod := staticPod("kube-scheduler", p.Images.Scheduler, command("kube-scheduler", flags), httpProbe("/livez", 10259, corev1.URISchemeHTTPS))
 	startupProbe(pod, t)
+	// Its kubeconfig, read-only.
 	mountFiles(pod, namedFiles(flags))
 	return pod
 }
 
 // staticPod is a host-network, node-critical pod in kube-system with one
-// container.
+// container, confined (podsecurity.go) with no capability: etcd, the
+// apiserver, the controller-manager and the scheduler listen on ports
+// above 1024 and write only to their mounts.
 func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -177,11 +209,12 @@ func staticPod(name, image string, cmd []string, liveness *corev1.Probe) *corev1
 			// name, which only the node-local CoreDNS answers.
 			DNSPolicy:       corev1.DNSNone,
 			DNSConfig:       &corev1.PodDNSConfig{Nameservers: []string{discovery.NodeLocalAddress}},
-			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			SecurityContext: podSecurity(),
 			Containers: []corev1.Container{{
 				Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd,
-				Resources:     requests(name, "64Mi"),
-				LivenessProbe: liveness,
+				Resources:       requests(name, "64Mi"),
+				LivenessProbe:   liveness,
+				SecurityContext: confined(),
 			}},
 		},
 	}

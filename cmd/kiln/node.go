@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"syscall"
@@ -322,8 +323,10 @@ zone.
 
 --apply-node-labels (the masters' anchor) also applies, every 30 s, the labels
 workers request on their Nodes (annotation ` + nodelabels.Annotation + `) that a
-kubelet may not set itself, except the control-plane role and
-node-restriction.kubernetes.io/ labels.`,
+kubelet may not set itself, when this master's node file gives that worker the
+label with that value (workerLabels, from the site), except the control-plane
+role and node-restriction.kubernetes.io/ labels; it names every other request
+in its log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := anchor.CheckComponents(components); err != nil {
@@ -346,7 +349,14 @@ node-restriction.kubernetes.io/ labels.`,
 				}
 			}
 			if applyLabels {
-				go (&nodelabels.Reconciler{Kube: kube, Log: logf}).Run(ctx, 30*time.Second)
+				site := func() (map[string]map[string]string, error) {
+					f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
+					if err != nil {
+						return nil, err
+					}
+					return f.WorkerLabels, nil
+				}
+				go (&nodelabels.Reconciler{Kube: kube, Site: site, Log: logf}).Run(ctx, 30*time.Second)
 			}
 			h.RunAll(ctx, components, kube)
 			return nil
@@ -354,7 +364,7 @@ node-restriction.kubernetes.io/ labels.`,
 	}
 	cmd.Flags().StringSliceVar(&components, "component", nil, "an anchored component (repeat, or a comma-separated list)")
 	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor and --apply-node-labels")
-	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes")
+	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes that the site gives them")
 	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
 	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the components' manifests to the backup directory and exit (preStop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")

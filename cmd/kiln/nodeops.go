@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/ops/nodeops"
 )
 
@@ -64,7 +65,10 @@ func newNodeListCmd() *cobra.Command {
 name, and etcd members that belong to no node, one line each:
 
   NAME         the node
-  ROLE         genesis, master or worker: the site's, else the Node's kiln.dev/role
+  ROLE         genesis, master or worker: the site's; for a Node the site does
+               not name, master when it has the master label
+               (` + manifests.MasterLabel + `), else "?" (a
+               kubelet sets kiln.dev/role on itself: it is not read)
   ADDRESS      the site's static address, else the Node's InternalIP
   READY        the Node's Ready condition: Ready, NotReady, Unknown, or "no Node"
   ETCD         voter, learner or none (from etcd's member list, matched by the

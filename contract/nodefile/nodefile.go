@@ -92,6 +92,13 @@ type NodeFile struct {
 	Taints      []Taint           `json:"taints,omitempty"`
 	Cluster     ClusterParams     `json:"cluster"`
 	Masters     []Member          `json:"masters"`
+	// WorkerLabels are, in a master's node file, the labels the site
+	// gives each of its workers that a kubelet may not set on itself,
+	// by worker name (a worker without such labels has an empty set).
+	// The master's anchor applies a label a worker requests only when
+	// it is here, with the same value: a request is the worker's own
+	// claim, this is the site's word.
+	WorkerLabels map[string]map[string]string `json:"workerLabels,omitempty"`
 }
 
 // ClusterParams are the cluster-wide settings a node's components use.

@@ -3,8 +3,10 @@
 // namespaces (node-role.kubernetes.io/worker, say), so a worker asks for
 // them in an annotation on its Node (Request), and a master's anchor
 // applies them (Reconcile). A request is a worker's claim, not the site's
-// word: the labels that mark the control plane or node isolation
-// (node-restriction.kubernetes.io/) are never applied this way.
+// word: a master applies only what the site gives that worker, as its own
+// node file lists it (nodefile.NodeFile.WorkerLabels), and never the
+// labels that mark the control plane or node isolation
+// (node-restriction.kubernetes.io/).
 package nodelabels
 
 import (
@@ -79,17 +81,30 @@ func Request(ctx context.Context, kube kubernetes.Interface, node string, labels
 	return nil
 }
 
-// Reconciler applies every Node's requested labels that are applicable
-// and not yet there, each pass; it names each refused label once.
+// Reconciler applies, each pass, every Node's requested labels that are
+// applicable, that the site gives that node with the same value, and
+// that are not yet there; it names each refused label once.
 type Reconciler struct {
-	Kube    kubernetes.Interface
+	Kube kubernetes.Interface
+	// Site returns the labels the site gives each worker that a kubelet
+	// may not set, by node name: a master's node file's WorkerLabels,
+	// read on every pass.
+	Site    func() (map[string]map[string]string, error)
 	Log     func(string, ...any)
-	refused map[string]bool // node/key already named
+	refused map[string]bool // node/key=value already named
 }
 
 // Reconcile makes one pass over the Nodes. A Node with an unreadable
-// request is named in the error and the others are still done.
+// request is named in the error and the others are still done; when the
+// site's labels cannot be read, nothing is applied.
 func (r *Reconciler) Reconcile(ctx context.Context) error {
+	if r.Site == nil {
+		return errors.New("no site labels to check requests against: nothing applied")
+	}
+	site, err := r.Site()
+	if err != nil {
+		return fmt.Errorf("the site's labels: %w (nothing applied)", err)
+	}
 	nodes, err := r.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
@@ -111,7 +126,11 @@ func (r *Reconciler) Reconcile(ctx context.Context) error {
 				continue
 			}
 			if ok, why := Applicable(k); !ok {
-				r.refuse(node.Name, k, why)
+				r.refuse(node.Name, k, want[k], why)
+				continue
+			}
+			if why := notGiven(site, node.Name, k, want[k]); why != "" {
+				r.refuse(node.Name, k, want[k], why)
 				continue
 			}
 			missing[k] = want[k]
@@ -132,13 +151,30 @@ func (r *Reconciler) Reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) refuse(node, key, why string) {
+// notGiven says why the site does not give node the label key=value, ""
+// when it does.
+func notGiven(site map[string]map[string]string, node, key, value string) string {
+	given, known := site[node]
+	have, ok := given[key]
+	switch {
+	case !known:
+		return "this master's node file names no worker " + node + " (one added to the site after this master's config was made " +
+			"gets its labels from a master that runs a config kiln gen made since, or from kubectl label)"
+	case !ok:
+		return "the site does not give " + node + " this label"
+	case have != value:
+		return fmt.Sprintf("the site gives %s the value %q, not %q", node, have, value)
+	}
+	return ""
+}
+
+func (r *Reconciler) refuse(node, key, value, why string) {
 	if r.refused == nil {
 		r.refused = map[string]bool{}
 	}
-	if id := node + "/" + key; !r.refused[id] {
+	if id := node + "/" + key + "=" + value; !r.refused[id] {
 		r.refused[id] = true
-		r.Log("node %s: requested label %s not applied: %s", node, key, why)
+		r.Log("node %s: requested label %s=%s not applied: %s", node, key, value, why)
 	}
 }
 

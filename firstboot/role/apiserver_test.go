@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/builder/gobuild"
@@ -37,6 +41,8 @@ type realControlPlane struct {
 	// serverName is the name the apiserver's certificate is checked for.
 	serverName string
 	cluster    *cluster
+	// config is the agent's (system:masters), which may impersonate.
+	config *rest.Config
 }
 
 func startRealControlPlane(t *testing.T) *realControlPlane {
@@ -80,7 +86,7 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 	if err := retry.Wait(context.Background(), "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
 		t.Fatal(err)
 	}
-	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c}
+	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c, config: rc}
 }
 
 // hostArgs turns a static pod's flags into the host's: node paths under
@@ -150,6 +156,81 @@ func TestAddOnsApplyToARealAPIServer(t *testing.T) {
 	svc, err := c.kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
 	if err != nil || svc.Spec.ClusterIP != n.file.Cluster.ClusterDNS {
 		t.Fatalf("kube-dns service: %v %v", svc, err)
+	}
+	anchorsReadOnlyTheKubernetesEndpoints(t, cp)
+	staticPodsValidate(t, cp)
+}
+
+// The static pods, as the apiserver validates their mirror pods: each is
+// created with a dry run (for every timing profile, so etcd under
+// rt-exec too).
+func staticPodsValidate(t *testing.T, cp *realControlPlane) {
+	ctx := context.Background()
+	for _, timing := range nodefile.Timings {
+		f := *cp.node.file
+		f.Cluster.Timing = timing
+		p := manifests.GenesisParams(f, manifests.Images{Etcd: "e", APIServer: "a", ControllerManager: "c", Scheduler: "s", CoreDNS: "d"})
+		for _, pod := range append(manifests.ControlPlane(p), manifests.NodeLocalDNS(p)) {
+			pod.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "dry-run"}
+			pod.Spec.NodeName = f.Name
+			_, err := cp.cluster.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				t.Errorf("%s (timing %s): %v", pod.Name, timing, err)
+			}
+		}
+	}
+}
+
+// Under the anchors' service accounts, as the add-ons bind them: the
+// kubernetes Endpoints (which the apiserver keeps) read as the anchor
+// reads it, and every other way to endpoints refused.
+func anchorsReadOnlyTheKubernetesEndpoints(t *testing.T, cp *realControlPlane) {
+	ctx := context.Background()
+	other := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: manifests.DiscoveryNamespace}}
+	if _, err := cp.cluster.kube.CoreV1().Endpoints(other.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []string{manifests.OthersAnchor, manifests.MastersAnchor} {
+		cfg := rest.CopyConfig(cp.config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:" + sa}
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// RBAC takes a moment to see the new binding.
+		err = retry.Wait(ctx, sa+" reads the kubernetes Endpoints", time.Minute, t.Logf, func(ctx context.Context) error {
+			_, err := kube.CoreV1().Endpoints(manifests.DiscoveryNamespace).Get(ctx, manifests.DiscoveryEndpoints, metav1.GetOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, err := range map[string]error{
+			"get default/other": func() error {
+				_, err := kube.CoreV1().Endpoints(other.Namespace).Get(ctx, other.Name, metav1.GetOptions{})
+				return err
+			}(),
+			"list default": func() error {
+				_, err := kube.CoreV1().Endpoints(manifests.DiscoveryNamespace).List(ctx, metav1.ListOptions{})
+				return err
+			}(),
+			"get kube-system/kube-dns": func() error {
+				_, err := kube.CoreV1().Endpoints("kube-system").Get(ctx, manifests.ClusterDNSService, metav1.GetOptions{})
+				return err
+			}(),
+			"update default/kubernetes": func() error {
+				ep, err := cp.cluster.kube.CoreV1().Endpoints(manifests.DiscoveryNamespace).Get(ctx, manifests.DiscoveryEndpoints, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				_, err = kube.CoreV1().Endpoints(manifests.DiscoveryNamespace).Update(ctx, ep, metav1.UpdateOptions{})
+				return err
+			}(),
+		} {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s: %s: %v, want forbidden", sa, what, err)
+			}
+		}
 	}
 }
 

@@ -62,6 +62,8 @@ var resources = map[string]struct {
 	"Deployment":         {appsv1.SchemeGroupVersion.WithResource("deployments"), true},
 	"ClusterRole":        {rbacv1.SchemeGroupVersion.WithResource("clusterroles"), false},
 	"ClusterRoleBinding": {rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"), false},
+	"Role":               {rbacv1.SchemeGroupVersion.WithResource("roles"), true},
+	"RoleBinding":        {rbacv1.SchemeGroupVersion.WithResource("rolebindings"), true},
 }
 
 // applyAddOns server-side applies every add-on object, retrying each

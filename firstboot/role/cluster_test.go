@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/manifests"
 )
 
@@ -80,5 +81,27 @@ func TestValidatePodStaysOnItsNode(t *testing.T) {
 	}
 	if args := strings.Join(created.Spec.Containers[0].Command, " "); !strings.Contains(args, "--retry 5m0s kubernetes.default.svc.cluster.local") {
 		t.Errorf("pod command %q, want cluster DNS retried for 5m0s", args)
+	}
+}
+
+// Every kind among the add-ons has its API resource here, namespaced as
+// the object is: a kind without one fails the genesis node's apply.
+func TestEveryAddOnKindHasAResource(t *testing.T) {
+	n := nodefile.NodeFile{Name: "g1", Role: nodefile.RoleGenesis, Address: "192.0.2.10", Cluster: nodefile.ClusterParams{
+		Domain: "cluster.local", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDNS: "10.96.0.10",
+		APIServerPort: 6443, DiscoveryName: "kube-apiserver.kiln.internal"}}
+	for _, o := range manifests.AddOns(manifests.GenesisParams(n, manifests.Images{})) {
+		u, err := toUnstructured(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := resources[u.GetKind()]
+		if !ok {
+			t.Errorf("%s %s: no resource mapping", u.GetKind(), u.GetName())
+			continue
+		}
+		if r.namespaced != (u.GetNamespace() != "") {
+			t.Errorf("%s %s: namespace %q, mapping namespaced %v", u.GetKind(), u.GetName(), u.GetNamespace(), r.namespaced)
+		}
 	}
 }

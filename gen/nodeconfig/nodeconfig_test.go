@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -418,6 +419,39 @@ func TestNodeFileCarriesTheSiteNodesTaints(t *testing.T) {
 	want := []nodefile.Taint{{Key: "dedicated", Value: "db", Effect: "NoSchedule"}, {Key: "gpu", Effect: "NoExecute"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("taints = %+v, want %+v", got, want)
+	}
+}
+
+// A master's node file lists, for each worker of the site, the labels
+// the site gives it that its kubelet may not set (what the master's anchor
+// may apply at its request); a worker's lists no other node's.
+func TestMastersNodeFileCarriesTheWorkersLabels(t *testing.T) {
+	s := exampleSite(t)
+	var master, worker site.Node
+	for i, n := range s.Nodes {
+		switch {
+		case n.IsMaster() && master.Name == "":
+			master = n
+		case n.Role == site.RoleWorker && worker.Name == "":
+			s.Nodes[i].Labels = map[string]string{"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "rack-2", "kiln.dev/pool": "edge"}
+			worker = s.Nodes[i]
+		}
+	}
+	if master.Name == "" || worker.Name == "" {
+		t.Fatal("the example site needs a master and a worker")
+	}
+	got := nodeFile(s, master).WorkerLabels
+	want := map[string]string{"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "rack-2"}
+	if !maps.Equal(got[worker.Name], want) {
+		t.Errorf("%s's node file gives %s %v, want %v", master.Name, worker.Name, got[worker.Name], want)
+	}
+	for _, n := range s.Nodes {
+		if _, listed := got[n.Name]; listed != (n.Role == site.RoleWorker) {
+			t.Errorf("%s's node file lists %s (a %s): %v", master.Name, n.Name, n.Role, listed)
+		}
+	}
+	if w := nodeFile(s, worker).WorkerLabels; w != nil {
+		t.Errorf("%s's own node file lists workers' labels: %v", worker.Name, w)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/kiln-project/kiln/contract/discovery"
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/nodelabels"
 	"github.com/kiln-project/kiln/gen/site"
 )
 
@@ -45,7 +46,30 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 	for _, m := range s.Masters() {
 		f.Masters = append(f.Masters, nodefile.Member{Name: m.Name, Address: m.IP().String()})
 	}
+	if n.IsMaster() {
+		f.WorkerLabels = workerLabels(s)
+	}
 	return f
+}
+
+// workerLabels are, for a master's node file, the labels the site gives
+// each worker that its kubelet may not set itself: what the master's
+// anchor may apply at the worker's request, and nothing else.
+func workerLabels(s *site.Site) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, n := range s.Nodes {
+		if n.Role != site.RoleWorker {
+			continue
+		}
+		labels := map[string]string{}
+		for k, v := range n.Labels {
+			if !nodelabels.KubeletMaySet(k) {
+				labels[k] = v
+			}
+		}
+		out[n.Name] = labels
+	}
+	return out
 }
 
 // allStatic reports whether every node of the site has a static address,

@@ -2,14 +2,18 @@ package anchor
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -253,6 +257,42 @@ func TestCheckComponents(t *testing.T) {
 		err := CheckComponents(tc.components)
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%v: %v, want %q", tc.components, err, tc.err)
+		}
+	}
+}
+
+// Every host path the anchors read or write is under a host path their
+// pods mount, at the same place: the masters' pod keeps every component
+// and the zone, the others' pod the zone.
+func TestAnchorPodsMountWhatTheAnchorTouches(t *testing.T) {
+	var f nodefile.NodeFile
+	if err := json.Unmarshal([]byte(nodeJSON), &f); err != nil {
+		t.Fatal(err)
+	}
+	touched := map[string][]string{
+		manifests.MastersAnchor: {nodefile.Path, catalog.Path, etcdmember.Path, manifests.EtcdConfigPath, manifests.ZoneFile,
+			manifests.StaticPodDir + "/etcd.yaml", BackupDir + "/etcd.yaml.x", manifests.EtcdMemberRemovedMarker},
+		manifests.OthersAnchor: {nodefile.Path, manifests.ZoneFile},
+	}
+	for _, o := range manifests.Anchors(manifests.GenesisParams(f, manifests.Images{})) {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		spec := ds.Spec.Template.Spec
+		hostPath := map[string]string{}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPath[v.Name] = v.HostPath.Path
+			}
+		}
+		for _, p := range touched[ds.Name] {
+			if !slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+				h := hostPath[m.Name]
+				return h != "" && h == m.MountPath && (p == h || strings.HasPrefix(p, h+"/"))
+			}) {
+				t.Errorf("%s mounts nothing that shows %s", ds.Name, p)
+			}
 		}
 	}
 }

@@ -198,6 +198,9 @@ func CheckPod(name, image, node string, args ...string) *corev1.Pod {
 		},
 	}
 	manifests.MountKilnBinary(&pod.Spec)
+	// kiln check resolves names and makes and answers HTTP requests on
+	// ports above 1024: no capability.
+	manifests.Confine(&pod.Spec)
 	return pod
 }
 

@@ -2,6 +2,7 @@ package clustercheck
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,19 @@ func TestCheckPodRunsTheNodesKiln(t *testing.T) {
 	}
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != manifests.KilnInImage || !c.VolumeMounts[0].ReadOnly {
 		t.Fatalf("mounts %+v, want the node's kiln read-only at %s", c.VolumeMounts, manifests.KilnInImage)
+	}
+}
+
+// A check pod runs under the runtime's seccomp profile with every
+// capability dropped, no privilege escalation and a read-only root.
+func TestCheckPodIsConfined(t *testing.T) {
+	pod := CheckPod("c", "kiln.local/kiln:t", "w1", "serve", "--listen", ":8080")
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v, want seccomp RuntimeDefault", sc)
+	}
+	sc := pod.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("container security context %+v, want every capability dropped, no escalation, a read-only root", sc)
 	}
 }

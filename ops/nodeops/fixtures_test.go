@@ -18,6 +18,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -125,9 +126,18 @@ func downURLs(ms ...etcdmember.Member) map[string]bool {
 }
 
 // kubeNode is a Node with a Ready condition, InternalIP and kubelet
-// version, labelled with its role as kiln labels it.
-func kubeNode(name, role, addr string, ready corev1.ConditionStatus) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kiln.dev/role": role}}}
+// version, labelled with its role as kiln labels it: kiln.dev/role by
+// its kubelet, and a master's master label by its agent.
+func kubeNode(name, role, addr string, ready corev1.ConditionStatus, mutate ...func(*corev1.Node)) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{manifests.RoleLabel: role}}}
+	if role == site.RoleGenesis || role == site.RoleMaster {
+		n.Labels[manifests.MasterLabel] = ""
+	}
+	defer func() {
+		for _, m := range mutate {
+			m(n)
+		}
+	}()
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
 	if addr != "" {
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
@@ -137,6 +147,11 @@ func kubeNode(name, role, addr string, ready corev1.ConditionStatus) *corev1.Nod
 		n.Annotations = map[string]string{nodefile.VersionAnnotation: "v0.9.0"}
 	}
 	return n
+}
+
+// labelled sets a Node's label.
+func labelled(key, value string) func(*corev1.Node) {
+	return func(n *corev1.Node) { n.Labels[key] = value }
 }
 
 // pod is a pod on node; owner is its controller's kind ("" for none).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/golden"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -64,6 +65,12 @@ func TestList(t *testing.T) {
 		{name: "no apiserver", site: twoMasterSite, noAPI: true,
 			etcd:      &fakeEtcd{members: []etcdmember.Member{m1, m2}},
 			wantProbs: 1},
+		{name: "nodes the site does not name", site: twoMasterSite,
+			objs: []runtime.Object{kubeNode("m1", "genesis", "10.0.0.11", ready), kubeNode("m2", "master", "10.0.0.12", ready),
+				// x7's agent (or an administrator) gave it the master label;
+				// x8's kubelet calls it a master, which any kubelet can.
+				kubeNode("x7", "master", "10.0.0.17", ready), kubeNode("x8", "worker", "10.0.0.18", ready, labelled(manifests.RoleLabel, "master"))},
+			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2, member(0xa7, "x7", "10.0.0.17")}}},
 		{name: "no etcd", site: twoMasterSite,
 			objs:      []runtime.Object{kubeNode("m1", "genesis", "10.0.0.11", ready), kubeNode("m2", "master", "10.0.0.12", ready), kubeNode("w1", "worker", "10.0.0.21", ready)},
 			wantProbs: 1},

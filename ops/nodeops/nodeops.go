@@ -42,20 +42,31 @@ type node struct {
 	members []etcdmember.Member
 }
 
-// role is the site's role, else the one the Node is labelled with.
+// role is the site's role; for a node the site does not name, master
+// when its Node has the master label, else unknown (""). Only a master's
+// agent or an administrator can set the master label: NodeRestriction
+// keeps a kubelet from setting it, and the masters' anchor never applies
+// it. The Node's kiln.dev/role says nothing here: a kubelet sets it on
+// itself, with any value.
 func (n node) role() string {
 	if n.site != nil {
 		return n.site.Role
 	}
 	if n.obj != nil {
-		if r := n.obj.Labels[manifests.RoleLabel]; r != "" {
-			return r
-		}
 		if _, ok := n.obj.Labels[manifests.MasterLabel]; ok {
 			return site.RoleMaster
 		}
 	}
 	return ""
+}
+
+// roleName is the role, or what the node is when neither the site nor
+// the master label says: for messages.
+func (n node) roleName() string {
+	if r := n.role(); r != "" {
+		return r
+	}
+	return "node the site does not name"
 }
 
 // isMaster reports whether the node runs (or ran) the control plane:

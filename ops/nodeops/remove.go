@@ -145,7 +145,7 @@ func (r *Remover) needsEtcd(n *node) bool { return n.site == nil || n.isMaster()
 // etcd without quorum or without a master.
 func (r *Remover) check(ctx context.Context, n *node, log Logf) error {
 	if !n.isMaster() {
-		log("%s is a %s: no etcd member to remove", n.name, n.role())
+		log("%s is a %s: no etcd member to remove", n.name, n.roleName())
 		return nil
 	}
 	if len(n.members) == 0 {
@@ -206,7 +206,7 @@ func (r *Remover) cordon(ctx context.Context, n *node, log Logf) error {
 // is done.
 func (r *Remover) removeMember(ctx context.Context, n *node, log Logf) error {
 	if !n.isMaster() {
-		log("%s is a %s: no etcd member", n.name, n.role())
+		log("%s is a %s: no etcd member", n.name, n.roleName())
 		return nil
 	}
 	list, err := r.Etcd.MemberList(ctx)

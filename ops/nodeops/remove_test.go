@@ -20,6 +20,7 @@ import (
 
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/golden"
+	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -101,6 +102,9 @@ func TestRemove(t *testing.T) {
 				pod("default", "cache", "m3", "ReplicaSet", withEmptyDir)},
 			etcd:        &fakeEtcd{members: []etcdmember.Member{m1, m2, m3}, down: downURLs(m3)},
 			wantMembers: []string{"m1", "m2"}, wantPods: nil}, // what the skipped drain left goes with the Node
+		{name: "a node the site does not name that calls itself a master", remove: "x8",
+			objs: []runtime.Object{kubeNode("x8", "worker", "10.0.0.18", notReady, labelled(manifests.RoleLabel, "master"))},
+			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2, m3}}, wantMembers: []string{"m1", "m2", "m3"}},
 		{name: "local data refused on a ready node", remove: "w1",
 			objs: []runtime.Object{kubeNode("w1", "worker", "10.0.0.21", ready), pod("default", "web-1", "w1", "ReplicaSet"),
 				pod("default", "cache", "w1", "ReplicaSet", withEmptyDir), pod("default", "debug", "w1", "")},
