@@ -109,7 +109,7 @@ func (e Env) fwCfg(ctx context.Context) ([]byte, error) {
 }
 
 func (e Env) url(ctx context.Context) ([]byte, error) {
-	raw := cmdlineArg(e.Cmdline, "ignition.config.url")
+	raw := CmdlineArg(e.Cmdline, "ignition.config.url")
 	if raw == "" {
 		return nil, ErrAbsent
 	}
@@ -139,7 +139,8 @@ func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer os.Remove(mnt)
-	if _, err := e.Sys.Run(ctx, "mount", "-o", "ro", dev, mnt); err != nil {
+	// Anyone at the machine can make this drive: nothing on it is run.
+	if _, err := e.Sys.Run(ctx, "mount", "-o", "ro,nosuid,nodev,noexec", dev, mnt); err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", dev, err)
 	}
 	defer e.Sys.Run(context.Background(), "umount", mnt)
@@ -150,8 +151,8 @@ func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 	return data, p.check(data)
 }
 
-// cmdlineArg returns the value of key=value on a kernel command line.
-func cmdlineArg(cmdline, key string) string {
+// CmdlineArg returns the value of key=value on a kernel command line.
+func CmdlineArg(cmdline, key string) string {
 	for _, f := range strings.Fields(cmdline) {
 		if v, ok := strings.CutPrefix(f, key+"="); ok {
 			return v
