@@ -217,11 +217,10 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		a.status.Resumed = true
 		a.step("the previous boot did not finish applying its config (%s); applying again", strings.TrimSpace(string(old)))
 	}
-	if haveState && name != source.State {
-		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
-			return fmt.Errorf("storing the config on the state partition: %w", err)
+	if haveState {
+		if err := a.store(name, raw); err != nil {
+			return err
 		}
-		a.step("config stored on the state partition")
 	}
 	if err := atomicfile.WriteFile(stamp, []byte("boot "+a.status.BootID+"\n"), 0o644, nil); err != nil {
 		return err
@@ -241,6 +240,34 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
+}
+
+// store keeps the config on the state partition with its hash beside it
+// (the config first: a power cut between the two leaves a hash that does
+// not match, which a pinned boot does not rely on). A stored config that
+// is applied again gets its hash recorded when it has none (an earlier
+// kiln stored it) or a stale one.
+func (a *Agent) store(name string, raw []byte) error {
+	hash := ignition.Hash(raw)
+	hashPath := filepath.Join(a.Root, source.StateHashPath)
+	if name != source.State {
+		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
+			return fmt.Errorf("storing the config on the state partition: %w", err)
+		}
+		if err := atomicfile.WriteFile(hashPath, []byte(hash+"\n"), 0o644, nil); err != nil {
+			return fmt.Errorf("recording the stored config's hash: %w", err)
+		}
+		a.step("config stored on the state partition (%s)", hash)
+		return nil
+	}
+	if recorded, err := os.ReadFile(hashPath); err == nil && strings.TrimSpace(string(recorded)) == hash {
+		return nil
+	}
+	if err := atomicfile.WriteFile(hashPath, []byte(hash+"\n"), 0o644, nil); err != nil {
+		return fmt.Errorf("recording the stored config's hash: %w", err)
+	}
+	a.step("stored config's hash recorded (%s)", hash)
+	return nil
 }
 
 // cmdline is the kernel command line.
