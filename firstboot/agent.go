@@ -91,7 +91,8 @@ func (a *Agent) run(ctx context.Context) error {
 	if err := a.loadSettings(); err != nil {
 		return err
 	}
-	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second, Machine: a.Machine}
+	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second, Machine: a.Machine,
+		Adopt: source.CmdlineArg(a.cmdline(), state.AdoptArg) == "1"}
 	haveState, err := a.openState(ctx, st)
 	if err != nil {
 		return err
@@ -115,8 +116,10 @@ func (a *Agent) run(ctx context.Context) error {
 }
 
 // openState mounts an existing state partition when it is this
-// machine's. Another machine's is left unmounted and untouched: this boot
-// reads the other config sources and keeps its state in RAM.
+// machine's, or has no record and the operator asked to adopt it.
+// Another machine's, or one with no record otherwise, is left unmounted
+// and untouched: this boot reads the other config sources and keeps its
+// state in RAM.
 func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) {
 	dev, found, err := st.Find(ctx)
 	if err != nil || !found {
@@ -125,6 +128,10 @@ func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) 
 	own, err := st.Mount(ctx, dev)
 	var foreign *state.ForeignError
 	switch {
+	case errors.As(err, &foreign) && foreign.Unrecorded:
+		a.status.ForeignState = dev
+		a.step("%v: not using it, nor its config (if this machine made it with an earlier kiln, boot once with %s=1 to adopt it; else wipe that filesystem to let this machine make its own)", foreign, state.AdoptArg)
+		return false, nil
 	case errors.As(err, &foreign):
 		a.status.ForeignState = dev
 		a.step("%v: not using it, nor its config (wipe that filesystem to let this machine make its own)", foreign)
@@ -132,7 +139,7 @@ func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) 
 	case err != nil:
 		return false, err
 	case own == state.Adopted:
-		a.step("state partition %s has no record of its machine (an earlier kiln made it): adopting it for this machine", dev)
+		a.step("state partition %s has no record of its machine: adopting it for this machine, as %s=1 asks", dev, state.AdoptArg)
 	}
 	a.step("state partition %s mounted", dev)
 	return true, nil
@@ -180,7 +187,7 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 		return false, err
 	}
 	if a.status.ForeignState != "" {
-		a.step("the state partition on %s is not this machine's: state stays in RAM", a.status.ForeignState)
+		a.step("the state partition on %s is not used: state stays in RAM", a.status.ForeignState)
 		return false, nil
 	}
 	target, ok, err := st.TargetFor(ctx, cfg)
@@ -195,7 +202,7 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	if err != nil {
 		return false, err
 	}
-	if _, err := st.Mount(ctx, dev); err != nil {
+	if err := st.MountCreated(ctx, dev); err != nil {
 		return false, err
 	}
 	a.step("state partition created on %s (%s)", target.Disk, dev)
@@ -210,11 +217,10 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		a.status.Resumed = true
 		a.step("the previous boot did not finish applying its config (%s); applying again", strings.TrimSpace(string(old)))
 	}
-	if haveState && name != source.State {
-		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
-			return fmt.Errorf("storing the config on the state partition: %w", err)
+	if haveState {
+		if err := a.store(name, raw); err != nil {
+			return err
 		}
-		a.step("config stored on the state partition")
 	}
 	if err := atomicfile.WriteFile(stamp, []byte("boot "+a.status.BootID+"\n"), 0o644, nil); err != nil {
 		return err
@@ -234,6 +240,40 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	return atomicfile.SyncDir(filepath.Dir(stamp))
+}
+
+// store keeps the config on the state partition with its hash beside it
+// (the config first: a power cut between the two leaves a hash that does
+// not match, which a pinned boot does not rely on). A stored config that
+// is applied again gets its hash recorded when it has none (an earlier
+// kiln stored it) or a stale one.
+func (a *Agent) store(name string, raw []byte) error {
+	hash := ignition.Hash(raw)
+	hashPath := filepath.Join(a.Root, source.StateHashPath)
+	if name != source.State {
+		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
+			return fmt.Errorf("storing the config on the state partition: %w", err)
+		}
+		if err := atomicfile.WriteFile(hashPath, []byte(hash+"\n"), 0o644, nil); err != nil {
+			return fmt.Errorf("recording the stored config's hash: %w", err)
+		}
+		a.step("config stored on the state partition (%s)", hash)
+		return nil
+	}
+	if recorded, err := os.ReadFile(hashPath); err == nil && strings.TrimSpace(string(recorded)) == hash {
+		return nil
+	}
+	if err := atomicfile.WriteFile(hashPath, []byte(hash+"\n"), 0o644, nil); err != nil {
+		return fmt.Errorf("recording the stored config's hash: %w", err)
+	}
+	a.step("stored config's hash recorded (%s)", hash)
+	return nil
+}
+
+// cmdline is the kernel command line.
+func (a *Agent) cmdline() string {
+	b, _ := os.ReadFile(filepath.Join(a.Root, "/proc/cmdline"))
+	return string(b)
 }
 
 // reloadAttempts is how many times the agent asks networkd to reload

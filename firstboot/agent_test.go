@@ -395,19 +395,26 @@ func TestStatePartitionBelongsToOneMachine(t *testing.T) {
 	tests := []struct {
 		name       string
 		record     string // the state filesystem's kiln-machine.json; "" for none
+		args       string // on the kernel command line
 		wantSource string
 		wantMotd   string
 		wantLine   string
 		foreign    bool
 	}{
-		{"this machine's", this, "state", "stored", "state partition /dev/vdb1 mounted", false},
-		{"an earlier kiln's, without a record: adopted", "", "state", "stored", "state partition /dev/vdb1 has no record of its machine (an earlier kiln made it): adopting it", false},
-		{"another machine's", other, "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: it was made by the machine with product UUID 4c4c4544-0000-0000-0000-000000000002", true},
-		{"a record that does not parse", "{", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: its kiln-machine.json does not parse", true},
+		{"this machine's", this, "", "state", "stored", "state partition /dev/vdb1 mounted", false},
+		{"without a record: not adopted unless asked", "", "", "fw_cfg", "fwcfg",
+			"the KILN-STATE filesystem on /dev/vdb1 has no kiln-machine.json: nothing says it is this machine's: not using it, nor its config (if this machine made it with an earlier kiln, boot once with kiln.state.adopt=1 to adopt it", true},
+		{"without a record, kiln.state.adopt=1: adopted", "", "kiln.state.adopt=1", "state", "stored",
+			"state partition /dev/vdb1 has no record of its machine: adopting it for this machine, as kiln.state.adopt=1 asks", false},
+		{"without a record, kiln.state.adopt=yes: only 1 asks", "", "kiln.state.adopt=yes", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 has no kiln-machine.json", true},
+		{"another machine's", other, "", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: it was made by the machine with product UUID 4c4c4544-0000-0000-0000-000000000002", true},
+		{"another machine's, kiln.state.adopt=1: a record is not overridden", other, "kiln.state.adopt=1", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: it was made by the machine with product UUID 4c4c4544-0000-0000-0000-000000000002", true},
+		{"a record that does not parse", "{", "", "fw_cfg", "fwcfg", "the KILN-STATE filesystem on /dev/vdb1 is not this machine's: its kiln-machine.json does not parse", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			root := nodeRoot(t, fwCfg)
+			os.WriteFile(filepath.Join(root, "/proc/cmdline"), []byte("console=ttyS0 "+tc.args+"\n"), 0o644)
 			files := map[string]string{"/var/lib/kiln/config.ign": stored}
 			if tc.record != "" {
 				files["/var/lib/kiln-state/kiln-machine.json"] = tc.record
@@ -432,16 +439,24 @@ func TestStatePartitionBelongsToOneMachine(t *testing.T) {
 				t.Errorf("/etc/motd = %q, want %q", b, tc.wantMotd)
 			}
 			rec, _ := os.ReadFile(filepath.Join(root, "/var/lib/kiln-state/kiln-machine.json"))
-			if tc.record == "" && !strings.Contains(string(rec), `"productUUID": "4c4c4544-0042-3510-8051-b4c04f4e3132"`) {
-				t.Errorf("the adopted partition's record: %s", rec)
+			switch {
+			case tc.record == "" && !tc.foreign:
+				if !strings.Contains(string(rec), `"productUUID": "4c4c4544-0042-3510-8051-b4c04f4e3132"`) {
+					t.Errorf("the adopted partition's record: %s", rec)
+				}
+			case string(rec) != tc.record:
+				t.Errorf("the record changed: %q, was %q", rec, tc.record)
 			}
-			if tc.record != "" && string(rec) != tc.record {
-				t.Errorf("the record changed: %s", rec)
-			}
-			var binds, umounts int
+			var binds, umounts, remounts int
 			for _, c := range sys.cmds {
 				if strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") || strings.HasPrefix(c, "wipefs") {
 					t.Errorf("%q ran", c)
+				}
+				if strings.HasPrefix(c, "mount -t ext4 ") && !strings.HasPrefix(c, "mount -t ext4 -o noatime,nosuid,nodev,noexec /dev/vdb1 ") {
+					t.Errorf("%q: the state filesystem is mounted runnable before its record is checked", c)
+				}
+				if strings.HasPrefix(c, "mount -o remount,noatime,suid,dev,exec ") {
+					remounts++
 				}
 				if strings.HasPrefix(c, "mount --bind") {
 					binds++
@@ -450,12 +465,18 @@ func TestStatePartitionBelongsToOneMachine(t *testing.T) {
 					umounts++
 				}
 			}
+			if (remounts > 0) == tc.foreign {
+				t.Errorf("%d remounts for use; want one only for a partition that is used", remounts)
+			}
 			if tc.foreign {
 				if binds != 0 || umounts != 1 || a.status.ForeignState != "/dev/vdb1" || !a.status.FirstBoot {
 					t.Errorf("foreign partition: %d binds, %d umounts, status %+v", binds, umounts, a.status)
 				}
 				if b, _ := os.ReadFile(filepath.Join(root, "/var/lib/kiln/config.ign")); string(b) != stored {
 					t.Errorf("the foreign partition's config was overwritten: %s", b)
+				}
+				if _, err := os.Stat(filepath.Join(root, "/var/lib/kiln/config.ign.sha512")); !os.IsNotExist(err) {
+					t.Errorf("a hash was recorded on the foreign partition: %v", err)
 				}
 			} else if binds == 0 || umounts != 0 {
 				t.Errorf("own partition: %d binds, %d umounts", binds, umounts)

@@ -3,8 +3,6 @@ package firstboot
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
@@ -17,19 +15,17 @@ type ignitionConfig = types.Config
 // config finds the node's config, waiting (and saying so on the console,
 // at most once a minute) while there is none. It never guesses.
 func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, error) {
-	cmdline, _ := os.ReadFile(filepath.Join(a.Root, "/proc/cmdline"))
-	env := source.Env{Root: a.Root, StateMounted: haveState, Cmdline: string(cmdline), Sys: a.Sys, Fetcher: a.fetcher,
+	env := source.Env{Root: a.Root, StateMounted: haveState, Cmdline: a.cmdline(), Sys: a.Sys, Fetcher: a.fetcher,
 		AllowUnverified: a.settings.AllowUnverifiedConfig, Log: a.logf}
 	if a.Wait == 0 {
 		return a.configOnce(ctx, env)
 	}
-	var name string
-	var raw []byte
+	var c source.Choice
 	var found error // what a source said other than that it has no config
 	var lastSaid time.Time
 	err := retry.WaitEvery(ctx, "a config", retry.NoBound, a.Wait, nil, func(context.Context) error {
 		var err error
-		name, raw, err = source.First(ctx, source.Standard(env))
+		c, err = source.Choose(ctx, env)
 		if !errors.Is(err, source.ErrAbsent) {
 			found = err
 			return retry.Final(errFound)
@@ -46,9 +42,21 @@ func (a *Agent) config(ctx context.Context, haveState bool) (string, []byte, err
 		return "", nil, ctx.Err()
 	}
 	if found == nil {
-		a.step("config from %s", name)
+		a.chosen(c)
 	}
-	return name, raw, found
+	return c.Name, c.Data, found
+}
+
+// chosen says where the config came from and, when a pin set the stored
+// config aside, which config replaces it.
+func (a *Agent) chosen(c source.Choice) {
+	switch {
+	case c.SetAside != nil && source.Verified(c.Name):
+		a.step("%s: using the verified config from %s", c.SetAside, c.Name)
+	case c.SetAside != nil:
+		a.step("%s: using the config from %s (%s= does not bind it)", c.SetAside, c.Name, source.HashArg)
+	}
+	a.step("config from %s", c.Name)
 }
 
 // errFound ends the wait for a config: a source had one, or failed.
@@ -56,12 +64,12 @@ var errFound = errors.New("a source answered")
 
 // configOnce looks for the config once.
 func (a *Agent) configOnce(ctx context.Context, env source.Env) (string, []byte, error) {
-	name, raw, err := source.First(ctx, source.Standard(env))
+	c, err := source.Choose(ctx, env)
 	switch {
 	case err == nil:
-		a.step("config from %s", name)
+		a.chosen(c)
 	case errors.Is(err, source.ErrAbsent):
 		return "", nil, errors.New("no config found (state, embedded, fw_cfg, ignition.config.url=, config drive " + source.ConfigDriveLabel + ")")
 	}
-	return name, raw, err
+	return c.Name, c.Data, err
 }

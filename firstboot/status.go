@@ -9,8 +9,8 @@ type Status struct {
 	BootID    string `json:"bootID"`
 	FirstBoot bool   `json:"firstBoot"`
 	Resumed   bool   `json:"resumed,omitempty"` // a previous first boot died half way
-	// ForeignState is the device of a state filesystem another machine
-	// made, left unused.
+	// ForeignState is the device of a state filesystem left unused:
+	// another machine made it, or it has no record and was not adopted.
 	ForeignState string      `json:"foreignState,omitempty"`
 	Error        string      `json:"error,omitempty"`
 	Report       []string    `json:"report,omitempty"`

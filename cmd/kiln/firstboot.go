@@ -30,8 +30,12 @@ config drive labelled KILN-CONFIG holding config.ign. With none, the agent says
 so on the console and waits: it never guesses a role. A config from http, tftp
 or a config drive is used only when the kernel argument
 kiln.config.hash=sha512-<hex> pins it (or the image spec's
-configTrust.allowUnverified allows it); a state partition another machine made
-is not used.
+configTrust.allowUnverified allows it). With kiln.config.hash= the stored copy
+is used only when it is the pinned config; otherwise the pinned config is
+taken from the other sources and replaces it, and when it cannot be had the
+agent stops and changes nothing. A state partition another machine made is
+not used, nor one without a record of its machine unless the kernel command
+line has kiln.state.adopt=1.
 
 On the first boot it creates the state partition (on the disk the config
 labels KILN-STATE, else in the boot disk's free space), stores the config

@@ -42,6 +42,11 @@ const (
 	EmbeddedConfigPath = LibDir + "/config.ign"
 	// StateConfigPath is the config the agent keeps once it has one.
 	StateConfigPath = VarDir + "/config.ign"
+	// StateConfigHashPath holds the hash of the stored config, in the
+	// form kiln.config.hash= takes (sha512-<hex>): what the node applied,
+	// for the operator to read. It sits on the same partition as the
+	// config, so a pinned boot hashes the config itself instead.
+	StateConfigHashPath = StateConfigPath + ".sha512"
 	// StatusPath is the agent's status; kiln firstboot --help names it.
 	StatusPath = RunDir + "/status.json"
 	// FirstBootFlag marks a boot that made the state partition, for the

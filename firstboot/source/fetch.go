@@ -36,6 +36,15 @@ func NewFetcher(log func(string, ...any)) *Fetcher {
 	return &Fetcher{Client: &http.Client{Timeout: 30 * time.Second}, Timeout: 3 * time.Minute, Retry: 2 * time.Second, Log: log}
 }
 
+// bound says, for a console line, how long ignition.config.url= is
+// retried.
+func (f *Fetcher) bound() string {
+	if f == nil || f.Timeout <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (a URL is retried for up to %s)", f.Timeout)
+}
+
 // permanentError is a failure that retrying cannot fix.
 type permanentError struct{ error }
 

@@ -1,6 +1,9 @@
 // Package source finds the node's Ignition config. Sources are tried in a
 // fixed order and the first that has a config wins; each is named in the
-// log so an operator can tell where a node's config came from.
+// log so an operator can tell where a node's config came from. On a boot
+// whose kernel command line pins the config (kiln.config.hash=), the
+// copy stored on the state partition is used only when it is the pinned
+// config (Choose).
 package source
 
 import (
@@ -36,6 +39,7 @@ const (
 // Paths, relative to the node's root.
 const (
 	StateConfigPath    = layout.StateConfigPath
+	StateHashPath      = layout.StateConfigHashPath
 	EmbeddedConfigPath = layout.EmbeddedConfigPath
 	fwCfgPath          = "/sys/firmware/qemu_fw_cfg/by_name/opt/com.coreos/config/raw"
 	ConfigDriveLabel   = layout.ConfigDriveLabel
@@ -59,7 +63,7 @@ type Env struct {
 func Standard(env Env) []Source {
 	var out []Source
 	if env.StateMounted {
-		out = append(out, Source{State, fileSource(env.path(StateConfigPath))})
+		out = append(out, Source{State, env.stored})
 	}
 	return append(out,
 		Source{Embedded, fileSource(env.path(EmbeddedConfigPath))},
@@ -86,6 +90,47 @@ func First(ctx context.Context, sources []Source) (name string, cfg []byte, err 
 	return "", nil, ErrAbsent
 }
 
+// Choice is the config Choose found.
+type Choice struct {
+	Name string
+	Data []byte
+	// SetAside is the stored config a pinned boot did not use; nil when
+	// none was set aside.
+	SetAside *SetAside
+}
+
+// Choose finds the node's config: the first of Standard's sources to
+// have one. On a pinned boot (kiln.config.hash=) a stored config whose
+// hash is not the pin is set aside, and the other sources are tried in
+// their order, each under its usual rule, as on a first boot. When none
+// of them has a config, or one fails, the stored copy is still not used:
+// Choose fails, naming both hashes. Without a pin the stored copy wins.
+func Choose(ctx context.Context, env Env) (Choice, error) {
+	aside, err := env.checkStored()
+	if err != nil {
+		return Choice{Name: State}, fmt.Errorf("config source %s: %w", State, err)
+	}
+	if aside != nil {
+		env.StateMounted = false
+		wait := ""
+		if CmdlineArg(env.Cmdline, "ignition.config.url") != "" {
+			wait = env.Fetcher.bound()
+		}
+		env.logf("the stored config is not the one %s= pins: taking the config from the other sources%s", HashArg, wait)
+	}
+	name, data, err := First(ctx, Standard(env))
+	c := Choice{Name: name, Data: data, SetAside: aside}
+	switch {
+	case aside == nil:
+		return c, err
+	case errors.Is(err, ErrAbsent):
+		return c, fmt.Errorf("%s, and no other source has a config (embedded, fw_cfg, ignition.config.url=, config drive %s); nothing was changed", aside, ConfigDriveLabel)
+	case err != nil:
+		return c, fmt.Errorf("%w; %s, so it is not used either; nothing was changed", err, aside)
+	}
+	return c, nil
+}
+
 func (e Env) path(p string) string { return filepath.Join(e.Root, p) }
 
 func fileSource(path string) func(context.Context) ([]byte, error) {
@@ -109,7 +154,7 @@ func (e Env) fwCfg(ctx context.Context) ([]byte, error) {
 }
 
 func (e Env) url(ctx context.Context) ([]byte, error) {
-	raw := cmdlineArg(e.Cmdline, "ignition.config.url")
+	raw := CmdlineArg(e.Cmdline, "ignition.config.url")
 	if raw == "" {
 		return nil, ErrAbsent
 	}
@@ -139,7 +184,8 @@ func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer os.Remove(mnt)
-	if _, err := e.Sys.Run(ctx, "mount", "-o", "ro", dev, mnt); err != nil {
+	// Anyone at the machine can make this drive: nothing on it is run.
+	if _, err := e.Sys.Run(ctx, "mount", "-o", "ro,nosuid,nodev,noexec", dev, mnt); err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", dev, err)
 	}
 	defer e.Sys.Run(context.Background(), "umount", mnt)
@@ -150,8 +196,8 @@ func (e Env) configDrive(ctx context.Context) ([]byte, error) {
 	return data, p.check(data)
 }
 
-// cmdlineArg returns the value of key=value on a kernel command line.
-func cmdlineArg(cmdline, key string) string {
+// CmdlineArg returns the value of key=value on a kernel command line.
+func CmdlineArg(cmdline, key string) string {
 	for _, f := range strings.Fields(cmdline) {
 		if v, ok := strings.CutPrefix(f, key+"="); ok {
 			return v

@@ -32,7 +32,7 @@ type pin struct {
 // kiln.config.hash= when the command line gives one; else a plain source
 // is refused unless the image allows unverified configs.
 func (e Env) pin(what string, plain bool) (pin, error) {
-	if h := cmdlineArg(e.Cmdline, HashArg); h != "" {
+	if h := CmdlineArg(e.Cmdline, HashArg); h != "" {
 		if err := ignition.CheckHashSpec(h); err != nil {
 			return pin{}, fmt.Errorf("kernel argument %s=: %w", HashArg, err)
 		}

@@ -69,11 +69,14 @@ func TestPlainURLConfigNeedsAHash(t *testing.T) {
 }
 
 // mountSys "mounts" a config drive by putting config.ign in the mount point.
-type mountSys struct{ mounted []string }
+type mountSys struct{ mounted, options []string }
 
 func (m *mountSys) Run(_ context.Context, name string, args ...string) ([]byte, error) {
 	if name == "mount" {
 		m.mounted = append(m.mounted, args[len(args)-1])
+		if len(args) > 1 && args[0] == "-o" {
+			m.options = append(m.options, args[1])
+		}
 		return nil, os.WriteFile(filepath.Join(args[len(args)-1], "config.ign"), []byte(served), 0o600)
 	}
 	return nil, nil
@@ -117,6 +120,15 @@ func TestConfigDriveNeedsAHash(t *testing.T) {
 			}
 			if got := len(sys.mounted) > 0; got != tc.wantMount {
 				t.Errorf("mounted: %v, want %v", got, tc.wantMount)
+			}
+			// anyone at the machine can make the drive: nothing on it runs
+			for _, o := range sys.options {
+				if o != "ro,nosuid,nodev,noexec" {
+					t.Errorf("the drive is mounted -o %s, want ro,nosuid,nodev,noexec", o)
+				}
+			}
+			if len(sys.options) != len(sys.mounted) {
+				t.Errorf("mounted %d times, %d with options", len(sys.mounted), len(sys.options))
 			}
 		})
 	}

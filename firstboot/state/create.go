@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/retry"
 
 	"github.com/coreos/ignition/v2/config/v3_5/types"
@@ -70,9 +71,9 @@ func (m *Manager) bootDisk(ctx context.Context) (string, error) {
 }
 
 // Create makes the state partition on t and formats it ext4 with the
-// state label. It refuses to touch a disk with an unknown partition
-// table, a partition that already holds a filesystem, or a device it
-// cannot probe.
+// state label and this machine's record. It refuses to touch a disk with
+// an unknown partition table, a partition that already holds a
+// filesystem, or a device it cannot probe.
 func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 	if err := m.prepareTable(ctx, t); err != nil {
 		return "", err
@@ -101,10 +102,37 @@ func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 	if fs != "" {
 		return "", fmt.Errorf("refusing to format %s: it already holds a %s filesystem", dev, fs)
 	}
-	if _, err := m.Sys.Run(ctx, "mkfs.ext4", "-q", "-F", "-L", Label, dev); err != nil {
+	args := []string{"-q", "-F", "-L", Label}
+	if dir := m.recordDir(); dir != "" {
+		defer os.RemoveAll(dir)
+		args = append(args, "-d", dir)
+	}
+	if _, err := m.Sys.Run(ctx, "mkfs.ext4", append(args, dev)...); err != nil {
 		return "", fmt.Errorf("formatting %s: %w", dev, err)
 	}
 	return dev, nil
+}
+
+// recordDir is a directory holding this machine's record, for mkfs to
+// put into the new filesystem: the filesystem never exists without it,
+// so a power cut before the first mount does not leave a state
+// partition that only an adoption would let this machine use. "" when
+// this machine cannot be identified (MountCreated then says why).
+func (m *Manager) recordDir() string {
+	this, err := m.machine().Identity()
+	if err != nil || this.Empty() {
+		return ""
+	}
+	dir, err := os.MkdirTemp("", "kiln-state-root-")
+	if err != nil {
+		return ""
+	}
+	// mkfs may give the new filesystem's root the mode of this directory
+	if os.Chmod(dir, 0o755) != nil || atomicfile.WriteFile(filepath.Join(dir, RecordFile), recordOf(this), 0o644, nil) != nil {
+		os.RemoveAll(dir)
+		return ""
+	}
+	return dir
 }
 
 // prepareTable moves a GPT's backup header to the end of a grown disk, or

@@ -44,6 +44,9 @@ type Manager struct {
 	FindWait time.Duration
 	// Machine identifies the node; nil reads it from sysfs under Root.
 	Machine Machine
+	// Adopt lets Mount take a state filesystem that has no record of its
+	// machine: the operator's kiln.state.adopt=1 (AdoptArg).
+	Adopt bool
 }
 
 func (m *Manager) path(p string) string { return filepath.Join(m.Root, p) }
@@ -147,12 +150,34 @@ func (m *Manager) lookup(ctx context.Context) (string, bool, error) {
 	return strings.Join(devs, ""), len(devs) == 1, nil
 }
 
-// Mount mounts dev on MountPoint and, when its record names this machine
-// (or it has none yet: then it is recorded), binds every persistent path
-// onto a directory of the same name in it. Another machine's is
-// unmounted again, untouched, with a *ForeignError. Already-mounted paths
-// are left alone, so Mount is safe to repeat.
+// Mount mounts dev, a state filesystem Find found, on MountPoint and,
+// when its record names this machine, binds every persistent path onto
+// a directory of the same name in it. One with no record at all is
+// adopted (recorded for this machine) only when the operator asks for it
+// (Adopt): a drive of unknown origin must not pass for this machine's
+// just because nothing says otherwise. Another machine's, and one with
+// no record that is not adopted, is unmounted again, untouched, with a
+// *ForeignError. Already-mounted paths are left alone, so Mount is safe
+// to repeat.
 func (m *Manager) Mount(ctx context.Context, dev string) (Ownership, error) {
+	return m.mount(ctx, dev, m.Adopt)
+}
+
+// MountCreated mounts the filesystem Create just made on MountPoint,
+// recording it for this machine if Create could not, and binds the
+// persistent paths onto it.
+func (m *Manager) MountCreated(ctx context.Context, dev string) error {
+	_, err := m.mount(ctx, dev, true)
+	return err
+}
+
+// mount mounts dev nosuid, nodev and noexec until its record is
+// accepted, so that nothing on a filesystem of unknown origin can run or
+// reach a device while it is looked at; then remounts it for use:
+// containerd, the kubelet and their pods need set-uid files, device
+// nodes and executables on the persistent paths, and each bind mount
+// takes its flags from the state mount.
+func (m *Manager) mount(ctx context.Context, dev string, takeUnrecorded bool) (Ownership, error) {
 	mounted, err := m.mountPoints()
 	if err != nil {
 		return 0, err
@@ -161,11 +186,11 @@ func (m *Manager) Mount(ctx context.Context, dev string) (Ownership, error) {
 		if err := os.MkdirAll(m.path(MountPoint), 0o755); err != nil {
 			return 0, err
 		}
-		if _, err := m.Sys.Run(ctx, "mount", "-t", "ext4", "-o", "noatime", dev, m.path(MountPoint)); err != nil {
+		if _, err := m.Sys.Run(ctx, "mount", "-t", "ext4", "-o", inspectOptions, dev, m.path(MountPoint)); err != nil {
 			return 0, fmt.Errorf("mounting %s on %s: %w", dev, MountPoint, err)
 		}
 	}
-	own, err := m.claim()
+	own, err := m.claim(takeUnrecorded)
 	var foreign *ForeignError
 	if errors.As(err, &foreign) {
 		foreign.Dev = dev
@@ -176,8 +201,18 @@ func (m *Manager) Mount(ctx context.Context, dev string) (Ownership, error) {
 	if err != nil {
 		return 0, err
 	}
+	if _, err := m.Sys.Run(ctx, "mount", "-o", "remount,"+useOptions, m.path(MountPoint)); err != nil {
+		return 0, fmt.Errorf("remounting %s on %s for use: %w", dev, MountPoint, err)
+	}
 	return own, m.bind(ctx, mounted)
 }
+
+// The state filesystem's mount options while its record is read, and
+// once it is accepted.
+const (
+	inspectOptions = "noatime,nosuid,nodev,noexec"
+	useOptions     = "noatime,suid,dev,exec"
+)
 
 func (m *Manager) bind(ctx context.Context, mounted map[string]bool) error {
 	for _, dir := range PersistentDirs {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func loopDisk(t *testing.T, mib int) string {
 
 func TestCreateMakesALabelledExt4PartitionOnABlankDisk(t *testing.T) {
 	disk := loopDisk(t, 64)
-	m := &Manager{Root: "/", Sys: execRunner{}}
+	m := &Manager{Root: "/", Sys: execRunner{}, Machine: fixedMachine{MACs: []string{"52:54:00:12:34:56"}}}
 	dev, err := m.Create(context.Background(), Target{Disk: disk})
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +70,17 @@ func TestCreateMakesALabelledExt4PartitionOnABlankDisk(t *testing.T) {
 		if !strings.Contains(string(out), want+"\n") {
 			t.Errorf("blkid of %s lacks %s:\n%s", dev, want, out)
 		}
+	}
+	if _, err := exec.LookPath("debugfs"); err != nil {
+		t.Skip("debugfs not installed: the record inside is not checked")
+	}
+	rec, err := exec.Command("debugfs", "-R", "cat /"+RecordFile, dev).Output()
+	if err != nil || !strings.Contains(string(rec), "52:54:00:12:34:56") {
+		t.Errorf("the new filesystem's %s: %q, %v", RecordFile, rec, err)
+	}
+	root, err := exec.Command("debugfs", "-R", "stat /", dev).Output()
+	if err != nil || !strings.Contains(string(root), "Mode:  0755") {
+		t.Errorf("the new filesystem's root: %v\n%s", err, root)
 	}
 }
 
@@ -369,5 +381,68 @@ func TestFindAsksBlkidOnlyWhenTheDeviceListChanges(t *testing.T) {
 	}
 	if late.lookups != 2 || time.Since(start) > 2*time.Second {
 		t.Errorf("found after %d lookups and %s; want the second lookup, right after the device list changed", late.lookups, time.Since(start))
+	}
+}
+
+// mkfsWatcher is a scriptedRunner that reads, when mkfs.ext4 runs, the
+// record in the directory its -d names.
+type mkfsWatcher struct {
+	scriptedRunner
+	record string // what -d's directory held; "" when mkfs had no -d
+}
+
+func (w *mkfsWatcher) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if i := slices.Index(args, "-d"); name == "mkfs.ext4" && i >= 0 && i+1 < len(args) {
+		b, err := os.ReadFile(filepath.Join(args[i+1], RecordFile))
+		if err != nil {
+			w.record = "unreadable: " + err.Error()
+		} else {
+			w.record = string(b)
+		}
+	}
+	return w.scriptedRunner.Run(ctx, name, args...)
+}
+
+// The filesystem Create makes holds this machine's record from the
+// moment it exists: a power cut before its first mount leaves one this
+// machine owns, not one with no record that only an adoption would let
+// it use.
+func TestCreateRecordsThisMachineWithTheFilesystem(t *testing.T) {
+	tests := []struct {
+		name       string
+		this       fixedMachine
+		wantRecord string // "" for no -d
+	}{
+		{"a machine with a NIC", fixedMachine{MACs: []string{"52:54:00:12:34:56"}}, `"macs": [` + "\n" + `    "52:54:00:12:34:56"`},
+		{"a machine with a product UUID", fixedMachine{ProductUUID: "4c4c4544-0042-3510-8051-b4c04f4e3132"}, `"productUUID": "4c4c4544-0042-3510-8051-b4c04f4e3132"`},
+		{"nothing to record: MountCreated says so", fixedMachine{}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &mkfsWatcher{}
+			m := &Manager{Root: diskRoot(t), Sys: w, Machine: tc.this}
+			dev, err := m.Create(context.Background(), Target{Disk: "/dev/vda"})
+			if err != nil || dev != "/dev/vda1" {
+				t.Fatalf("Create = %q, %v", dev, err)
+			}
+			mkfs := w.ran("mkfs.ext4")
+			if len(mkfs) != 1 || !strings.HasPrefix(mkfs[0], "mkfs.ext4 -q -F -L "+Label+" ") || !strings.HasSuffix(mkfs[0], " /dev/vda1") {
+				t.Fatalf("mkfs commands %q", mkfs)
+			}
+			if tc.wantRecord == "" {
+				if strings.Contains(mkfs[0], " -d ") {
+					t.Errorf("%q: a record for a machine with nothing to record", mkfs[0])
+				}
+				return
+			}
+			if !strings.Contains(w.record, tc.wantRecord) || !strings.Contains(w.record, `"version": 1`) {
+				t.Fatalf("the new filesystem's record:\n%s\nwant it to contain %s (%s)", w.record, tc.wantRecord, mkfs[0])
+			}
+			args := strings.Fields(mkfs[0])
+			dir := args[slices.Index(args, "-d")+1]
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the record's directory %s is left behind: %v", dir, err)
+			}
+		})
 	}
 }

@@ -38,6 +38,19 @@ func VerifyHash(data []byte, want, what string) error {
 	return nil
 }
 
+// HashLike is data's digest in the algorithm of spec ("sha256-<hex>" or
+// "sha512-<hex>"), in the same form: what to show beside a hash that
+// data does not match.
+func HashLike(data []byte, spec string) (string, error) {
+	h, _, err := parseHashSpec(spec)
+	if err != nil {
+		return "", err
+	}
+	algo, _, _ := strings.Cut(spec, "-")
+	h.Write(data)
+	return algo + "-" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
 func parseHashSpec(want string) (hash.Hash, string, error) {
 	algo, sum, ok := strings.Cut(want, "-")
 	var h hash.Hash

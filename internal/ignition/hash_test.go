@@ -40,3 +40,28 @@ func TestHashIsIgnitionsForm(t *testing.T) {
 		t.Fatalf("Hash(nil) = %s, want %s", got, empty)
 	}
 }
+
+func TestHashLikeTakesTheSpecsAlgorithm(t *testing.T) {
+	data := []byte("kiln\n")
+	tests := []struct {
+		name, spec, want, wantErr string
+	}{
+		{"sha512", Hash(nil), Hash(data), ""},
+		{"sha256", "sha256-" + strings.Repeat("0", 64), "sha256-ecdcbd502c7c341b7d547760cc09270a43d82db3257b8b0f96e98083e4e5643d", ""},
+		{"malformed", "sha512-abcd", "", "not 64 bytes of hex"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := HashLike(data, tc.spec)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("HashLike = %q, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want || VerifyHash(data, got, "data") != nil {
+				t.Fatalf("HashLike = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
