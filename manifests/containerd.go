@@ -1,6 +1,10 @@
 package manifests
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kiln-project/kiln/contract/registries"
+)
 
 // ContainerdConfigPath is containerd's configuration in the node image.
 const ContainerdConfigPath = "/etc/containerd/config.toml"
@@ -8,12 +12,22 @@ const ContainerdConfigPath = "/etc/containerd/config.toml"
 // ContainerdConfig is containerd 2's configuration (version 3): runc
 // through the systemd cgroup driver like the kubelet, the baked pause
 // image as every pod's sandbox (never pulled), CNI plugins from Debian's
-// containernetworking-plugins.
+// containernetworking-plugins. Registry mirrors come from the node's
+// config: the CRI image service's config_path is set, since its default,
+// a list of two directories, is read as one path by the transfer service
+// that pulls for the CRI, and every hosts.toml would be ignored; with no
+// hosts.toml the setting changes nothing. The transfer service's own
+// config_path is set alike: containerd 2.2 parses it but pulls for the
+// CRI with the CRI's, and the two must not disagree once it is read. The
+// drop-in directory carries what only the CRI's own registry
+// configuration can hold, a mirror's login.
 func ContainerdConfig(pause string) string {
 	return fmt.Sprintf(`# kiln: containerd 2 for the kubelet (namespace k8s.io) and Docker (moby)
 version = 3
 root = "/var/lib/containerd"
 state = "/run/containerd"
+# the node's own settings, from kiln gen (a registry mirror's login)
+imports = [%q]
 
 [grpc]
   address = "/run/containerd/containerd.sock"
@@ -23,6 +37,13 @@ state = "/run/containerd"
 
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = %q
+
+# <config_path>/<registry>/hosts.toml: the registry's mirrors, from kiln gen
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = %q
+
+[plugins."io.containerd.transfer.v1.local"]
+  config_path = %q
 
 [plugins."io.containerd.cri.v1.runtime".containerd]
   default_runtime_name = "runc"
@@ -37,5 +58,5 @@ state = "/run/containerd"
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
-`, pause)
+`, registries.Imports, pause, registries.HostsDir, registries.HostsDir)
 }

@@ -109,7 +109,9 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 // scenario then goes on with m1 alone, and says so.
 func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duration) {
 	defer bodyEnded(t)
-	r := newClusterRun(t, tp)
+	mirror := newRegistryMirror(t)
+	r := newClusterRun(t, mirror.on(tp))
+	mirror.start(t, r)
 	r.workerBound = workerBound
 	// m1's kubelet starts with a client certificate past its renew
 	// deadline: it must renew it through the cluster (issue 13 §5).
@@ -137,6 +139,7 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		namedCheck{"discovery from " + from, func(t *testing.T) { checkDiscoveryFrom(t, from, tp.Masters(), nil, kube, image) }},
 		namedCheck{"cluster DNS from " + from, func(t *testing.T) { checkClusterDNS(t, kube, image, from) }},
 		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }},
+		namedCheck{"an image through the site's mirror on " + from, func(t *testing.T) { checkMirror(t, mirror, kube, from, nodes[0].VM) }},
 		namedCheck{"kiln serve: every machine's phase", func(t *testing.T) { checkStatusPage(t, r.boot, tp) }},
 		namedCheck{"kiln serve: m1's config not served twice", func(t *testing.T) { checkMasterConfigOnce(t, r.boot, kube, image, from, m1IP) }},
 		namedCheck{"kiln serve: a machine the site does not name", func(t *testing.T) { checkStrangerRefused(t, r.boot, r.dir) }})

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/registries"
 	"github.com/kiln-project/kiln/gen/site"
 )
 
@@ -78,8 +79,9 @@ func kubeconfigsFor(n site.Node) []kubeconfig {
 }
 
 // isSecret reports whether a node file holds key material: private keys,
-// kubeconfigs (which embed one) and the encryption configuration.
+// kubeconfigs (which embed one), the encryption configuration and the
+// registry mirrors' logins.
 func isSecret(nodePath string) bool {
 	return strings.HasSuffix(nodePath, ".key") || strings.HasPrefix(nodePath, KubeconfigDir+"/") ||
-		nodePath == EncryptionConfigPath
+		nodePath == EncryptionConfigPath || nodePath == registries.CredentialsFile
 }

@@ -35,6 +35,9 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 	}
 	add(NodeFilePath, append(nf, '\n'))
 	add(ZonePath, SeedZone(s).Render())
+	for _, f := range registryFiles(s) {
+		add(f.path, f.data)
+	}
 	for _, g := range grantsFor(n) {
 		data, err := st.File(g.from)
 		if err != nil {

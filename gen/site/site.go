@@ -55,6 +55,9 @@ type Cluster struct {
 	// Timing is the control plane's timing profile, TimingDefault or
 	// TimingSlow (docs/timing.md).
 	Timing string `json:"timing,omitempty"`
+	// Registries are the mirrors the nodes pull the workloads' images
+	// from (docs/site.md, registries.go).
+	Registries []Registry `json:"registries,omitempty"`
 }
 
 // Certificates sets the lifetimes of what kiln issues, as durations
@@ -112,8 +115,10 @@ const (
 	DefaultTiming        = TimingDefault
 )
 
-// Load reads, defaults and validates the site file at path. A problem in
-// the file comes back as a *validation.List naming every field at fault.
+// Load reads, defaults and validates the site file at path, and reads
+// the files it names (a registry mirror's CA bundle and login), relative
+// to its directory. A problem in the file or in a file it names comes
+// back as a *validation.List naming every field at fault.
 func Load(path string) (*Site, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -122,7 +127,9 @@ func Load(path string) (*Site, error) {
 	return Parse(path, data)
 }
 
-// Parse is Load on bytes already read; name is the file name in messages.
+// Parse is Load on bytes already read; name is the file name in messages
+// and the directory of name the base of the relative paths the site
+// gives.
 func Parse(name string, data []byte) (*Site, error) {
 	l := &validation.List{File: name}
 	s := &Site{File: name}

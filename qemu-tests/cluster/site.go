@@ -34,10 +34,19 @@ const (
 )
 
 // Topology is a cluster scenario's site on the namespace's bridge: its
-// machines, in the order they power on. Under TCG on 2 cores it is a slow
-// machine, so its timing is slow.
+// machines, in the order they power on, and the registry mirrors every
+// node is given. Under TCG on 2 cores it is a slow machine, so its timing
+// is slow.
 type Topology struct {
 	Machines []Machine
+	Mirrors  []Mirror
+}
+
+// Mirror is a registry mirror of a Topology's site (cluster.registries):
+// the nodes pull Upstream's images from URL, whose certificate the CA in
+// CAFile (an absolute path: the site is parsed from anywhere) signs.
+type Mirror struct {
+	Upstream, URL, CAFile string
 }
 
 // ThreeNodes is m1 (genesis) and m2 masters and w1 a worker, all three
@@ -73,7 +82,7 @@ func ThreeMastersAndWorker() Topology {
 // machines in drop): the site kiln gen runs again when a machine takes
 // another role or leaves.
 func (tp Topology) WithRole(name, role string, drop ...string) Topology {
-	var out Topology
+	out := Topology{Mirrors: tp.Mirrors}
 	for _, m := range tp.Machines {
 		if slices.Contains(drop, m.Name) {
 			continue
@@ -119,7 +128,14 @@ var w1Labels = map[string]string{"kiln.dev/pool": "edge", "node-role.kubernetes.
 
 // Site is the topology's site file.
 func (tp Topology) Site() string {
-	s := SiteHead("  timing: slow\n")
+	extra := "  timing: slow\n"
+	if len(tp.Mirrors) > 0 {
+		extra += "  registries:\n"
+	}
+	for _, m := range tp.Mirrors {
+		extra += fmt.Sprintf("    - {upstream: %s, mirrors: [{url: %q, caFile: %q}]}\n", m.Upstream, m.URL, m.CAFile)
+	}
+	s := SiteHead(extra)
 	for _, m := range tp.Machines {
 		extra := ""
 		if len(m.Labels) > 0 {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/registries"
 	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/certtest"
 )
 
 func TestTopologiesRenderEveryNode(t *testing.T) {
@@ -158,6 +161,44 @@ func TestGenesisSiteTimed(t *testing.T) {
 		}
 		if s.Cluster.Timing != want || len(s.Nodes) != 1 {
 			t.Errorf("timing %q: the site has timing %q and %d node(s), want %q and 1", timing, s.Cluster.Timing, len(s.Nodes), want)
+		}
+	}
+}
+
+// A topology's mirror reaches every node's config, and stays in the site
+// as machines change roles or leave.
+func TestTopologyMirrorsReachEveryNode(t *testing.T) {
+	serving, err := certtest.NewServing(Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "mirror-ca.pem")
+	if err := os.WriteFile(caFile, serving.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp := ThreeNodes()
+	tp.Mirrors = []Mirror{{Upstream: "docker.io", URL: "https://" + Gateway + ":5000", CAFile: caFile}}
+	for _, changed := range []Topology{tp.WithRole("w1", "master"), tp.Without("m2")} {
+		if len(changed.Mirrors) != 1 || changed.Mirrors[0] != tp.Mirrors[0] {
+			t.Errorf("the topology of %v lost its mirror: %+v", changed.Names(), changed.Mirrors)
+		}
+	}
+	cfgs, err := Configs(tp.Site(), filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tp.Site())
+	}
+	hostDir := registries.HostDir("docker.io")
+	for _, name := range tp.Names() {
+		hosts, err := File(cfgs[name], hostDir+"/hosts.toml")
+		if err != nil || !strings.Contains(string(hosts), `[host."https://10.77.0.1:5000"]`) {
+			t.Errorf("%s: hosts.toml %q, %v", name, hosts, err)
+		}
+		ca, err := File(cfgs[name], hostDir+"/"+registries.CAName(Gateway+":5000"))
+		if err != nil || string(ca) != string(serving.CAPEM) {
+			t.Errorf("%s: the mirror's CA %q, %v", name, ca, err)
+		}
+		if daemon, err := File(cfgs[name], registries.DockerDaemonConfig); err != nil || !strings.Contains(string(daemon), `"https://10.77.0.1:5000"`) {
+			t.Errorf("%s: daemon.json %q, %v", name, daemon, err)
 		}
 	}
 }
