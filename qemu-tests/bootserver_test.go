@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,6 +75,7 @@ func startBootServer(t *testing.T, r *clusterRun) *bootServer {
 		"--pki", r.pkiDir, "--listen", cluster.Gateway+":"+servePort, "--tls-listen", cluster.Gateway+":"+serveTLSPort,
 		"--tls-host", cluster.Gateway, "--arm", strings.Join(armed, ","))
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no server outlives a killed test
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting kiln serve: %v", err)
 	}

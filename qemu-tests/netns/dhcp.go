@@ -65,6 +65,7 @@ func (n *Net) ServeDHCP(dir, bootFile string, fixed map[string]netip.Addr) (*DHC
 		return nil, err
 	}
 	d.cmd.Stdout, d.cmd.Stderr = out, out
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no DHCP server outlives its test
 	if err := d.cmd.Start(); err != nil {
 		out.Close()
 		return nil, fmt.Errorf("netns %s: starting dnsmasq: %w", n.Name, err)
