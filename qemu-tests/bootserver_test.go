@@ -173,12 +173,7 @@ func (b *bootServer) waitLog(t *testing.T, what, re string) string {
 // root image is held in memory, hence the extra 512 MiB.
 func startNetbootVM(t *testing.T, seg *netns.Net, dir string, m cluster.Machine) *vm.VM {
 	t.Helper()
-	tap := "tap-" + m.Name
-	if err := seg.AddTap(tap); err != nil {
-		t.Fatal(err)
-	}
-	disk := filepath.Join(dir, m.Name+"-state.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
+	tap, disk := machineParts(t, seg, dir, m)
 	return startVM(t, vm.Config{Name: m.Name, Dir: filepath.Join(dir, m.Name), Firmware: vm.BIOS, Boot: vm.BootPXE,
 		MemoryMiB: m.MemoryMiB + 512, CPUs: m.CPUs, MAC: m.MAC,
 		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: seg.Name, Tap: tap})

@@ -599,15 +599,22 @@ func segment(t *testing.T) *netns.Net {
 // with its config.
 func startClusterVM(t *testing.T, seg *netns.Net, out, dir string, m cluster.Machine, cfg []byte) *vm.VM {
 	t.Helper()
-	tap := "tap-" + m.Name
-	if err := seg.AddTap(tap); err != nil {
-		t.Fatal(err)
-	}
-	disk := filepath.Join(dir, m.Name+"-state.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
+	tap, disk := machineParts(t, seg, dir, m)
 	return startVM(t, vm.Config{Name: m.Name, Dir: filepath.Join(dir, m.Name), Firmware: vm.BIOS, Boot: vm.BootISO, Direct: true,
 		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, MAC: m.MAC, ISO: filepath.Join(out, "node.iso"),
 		Disks: []vm.Disk{{Path: disk, Format: "qcow2"}}, Netns: seg.Name, Tap: tap, Ignition: cfg})
+}
+
+// machineParts makes m's tap on the segment and a blank state disk.
+func machineParts(t *testing.T, seg *netns.Net, dir string, m cluster.Machine) (tap, disk string) {
+	t.Helper()
+	tap = "tap-" + m.Name
+	if err := seg.AddTap(tap); err != nil {
+		t.Fatal(err)
+	}
+	disk = filepath.Join(dir, m.Name+"-state.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "8G")
+	return tap, disk
 }
 
 // waitDone waits for the machine's role to end and fails unless it says
