@@ -54,21 +54,24 @@ func (e permanentError) Unwrap() error { return e.error }
 func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL: %w", rawURL, err)
+		return nil, fmt.Errorf("ignition.config.url= is not a URL: %w", redactParseError(err))
 	}
+	// Every line about the fetch names the URL without its password: the
+	// console is read by whoever stands at the machine or its BMC.
+	shown := u.Redacted()
 	get := f.http
 	switch u.Scheme {
 	case "http", "https":
 	case "tftp":
 		get = f.tftp
 	default:
-		return nil, fmt.Errorf("%s: scheme %q is not supported (http, https, tftp)", rawURL, u.Scheme)
+		return nil, fmt.Errorf("%s: scheme %q is not supported (http, https, tftp)", shown, u.Scheme)
 	}
 	var data []byte
 	var last error // the last failure that says why, not that time ran out
 	var permanent error
 	attempt := 0
-	err = retry.WaitEvery(ctx, "fetching "+rawURL, f.Timeout, f.Retry, nil, func(ctx context.Context) error {
+	err = retry.WaitEvery(ctx, "fetching "+shown, f.Timeout, f.Retry, nil, func(ctx context.Context) error {
 		attempt++
 		got, err := get(ctx, u)
 		if err == nil {
@@ -83,7 +86,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 			return retry.Final(err)
 		}
 		if f.Log != nil && (attempt == 1 || attempt%15 == 0) {
-			f.Log("fetching %s (attempt %d): %v; retrying", rawURL, attempt, err)
+			f.Log("fetching %s (attempt %d): %v; retrying", shown, attempt, err)
 		}
 		return err
 	})
@@ -91,9 +94,9 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) ([]byte, error) {
 	case err == nil:
 		return data, nil
 	case errors.Is(err, retry.ErrFinal):
-		return nil, fmt.Errorf("fetching %s: %w", rawURL, permanent)
+		return nil, fmt.Errorf("fetching %s: %w", shown, permanent)
 	}
-	return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", rawURL, attempt, last)
+	return nil, fmt.Errorf("fetching %s: gave up after %d attempts: %w", shown, attempt, last)
 }
 
 func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {
@@ -109,7 +112,7 @@ func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
 	}
 	return f.readAll(resp.Body)
 }
@@ -120,10 +123,10 @@ func (f *Fetcher) http(ctx context.Context, u *url.URL) ([]byte, error) {
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	from := via[len(via)-1].URL
 	if from.Scheme == "https" && req.URL.Scheme != "https" {
-		return permanentError{fmt.Errorf("refusing the redirect from %s to %s: it leaves https", from, req.URL)}
+		return permanentError{fmt.Errorf("refusing the redirect from %s to %s: it leaves https", from.Redacted(), req.URL.Redacted())}
 	}
 	if len(via) >= maxRedirects {
-		return permanentError{fmt.Errorf("stopped after %d redirects, at %s (started at %s)", len(via), req.URL, via[0].URL)}
+		return permanentError{fmt.Errorf("stopped after %d redirects, at %s (started at %s)", len(via), req.URL.Redacted(), via[0].URL.Redacted())}
 	}
 	return nil
 }
@@ -171,4 +174,14 @@ func (f *Fetcher) TrustRoots(pool *x509.CertPool) {
 	client := *f.Client
 	client.Transport = t
 	f.Client = &client
+}
+
+// redactParseError is a URL parse error without the text it could not
+// parse, which may hold a password.
+func redactParseError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }

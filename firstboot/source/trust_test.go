@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,6 +130,42 @@ func TestConfigDriveNeedsAHash(t *testing.T) {
 			}
 			if len(sys.options) != len(sys.mounted) {
 				t.Errorf("mounted %d times, %d with options", len(sys.mounted), len(sys.options))
+			}
+		})
+	}
+}
+
+// A password in ignition.config.url= never reaches a console line: not
+// in the retries' log, not in the errors the agent prints.
+func TestConfigURLPasswordIsNeverShown(t *testing.T) {
+	missing := httptest.NewServer(http.NotFoundHandler())
+	defer missing.Close()
+	withPassword := func(u string) string { return strings.Replace(u, "://", "://ops:s3cret-pw@", 1) }
+	tests := []struct {
+		name, url, args string
+		wantShown       string // what the messages show instead
+	}{
+		{"http answering 404, pinned", withPassword(missing.URL) + "/n.ign", HashArg + "=" + ignition.Hash([]byte(served)), "ops:xxxxx@"},
+		{"http refused for want of a pin", withPassword(missing.URL) + "/n.ign", "", "ops:xxxxx@"},
+		{"a scheme kiln does not fetch", "ftp://ops:s3cret-pw@192.0.2.1/n.ign", HashArg + "=" + ignition.Hash([]byte(served)), "ops:xxxxx@"},
+		{"not a URL", "http://ops:s3cret-pw@[::1/n.ign", HashArg + "=" + ignition.Hash([]byte(served)), "not a URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logged strings.Builder
+			logf := func(format string, args ...any) { fmt.Fprintf(&logged, format+"\n", args...) }
+			f := &Fetcher{Client: missing.Client(), Timeout: 300 * time.Millisecond, Retry: 50 * time.Millisecond, Log: logf}
+			env := Env{Root: t.TempDir(), Cmdline: "ignition.config.url=" + tc.url + " " + tc.args, Sys: noSys{}, Fetcher: f, Log: logf}
+			_, _, err := First(context.Background(), Standard(env))
+			if err == nil {
+				t.Fatal("First found a config")
+			}
+			said := err.Error() + "\n" + logged.String()
+			if strings.Contains(said, "s3cret-pw") {
+				t.Errorf("the password is shown:\n%s", said)
+			}
+			if !strings.Contains(said, tc.wantShown) {
+				t.Errorf("the messages do not show %q:\n%s", tc.wantShown, said)
 			}
 		})
 	}
