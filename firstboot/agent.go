@@ -169,7 +169,7 @@ func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
 	for _, w := range report {
 		a.logf("config: %s", w)
 	}
-	plan, err := ignite.NewPlan(ctx, cfg, a.fetcher)
+	plan, err := ignite.NewPlan(ctx, cfg, ignite.Sources{Fetcher: a.fetcher, AllowUnverified: a.settings.AllowUnverifiedConfig})
 	if err != nil {
 		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
 	}

@@ -81,7 +81,7 @@ func applyCase(t *testing.T, root, version string, cases []conformance.Case, boo
 				}
 			}
 		}
-		plan, err := NewPlan(context.Background(), cfg, noFetch{})
+		plan, err := NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,24 +19,39 @@ type Fetcher interface {
 	Fetch(ctx context.Context, rawURL string) ([]byte, error)
 }
 
+// Sources is where a plan's remote contents come from, and whether one
+// fetched over plain http or tftp may go without its own hash.
+type Sources struct {
+	Fetcher Fetcher
+	// AllowUnverified is the image's configTrust.allowUnverified: a
+	// content over http or tftp with no verification.hash is then taken.
+	AllowUnverified bool
+}
+
 // resolve returns a resource's bytes: fetched or decoded, decompressed,
-// then hash-checked.
-func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
+// then hash-checked. A content over plain http or tftp needs its own
+// hash: the config's pin covers the config's bytes, not what its URLs
+// return, and anyone on the path can answer for them.
+func resolve(ctx context.Context, src Sources, r types.Resource) ([]byte, error) {
 	if r.Source == nil {
 		return nil, nil
 	}
-	src := *r.Source
-	if src == "" {
+	source := *r.Source
+	if source == "" {
 		// An empty file, as in coreos/ignition, whose fetch of scheme ""
 		// returns no data (FetchToBuffer, internal/resource/url.go).
 		return []byte{}, verify(nil, r.Verification.Hash, "the content")
 	}
+	if scheme := plainScheme(source); scheme != "" && r.Verification.Hash == nil && !src.AllowUnverified {
+		return nil, fmt.Errorf("%s: fetched over %s with no verification.hash: anyone on the network path could answer for it "+
+			"(give it a verification.hash, serve it over https, or build the image with configTrust.allowUnverified: true)", shorten(redactSource(source)), scheme)
+	}
 	var data []byte
 	var err error
-	if strings.HasPrefix(src, "data:") {
-		data, err = decodeDataURL(src)
+	if strings.HasPrefix(source, "data:") {
+		data, err = decodeDataURL(source)
 	} else {
-		data, err = f.Fetch(ctx, src)
+		data, err = src.Fetcher.Fetch(ctx, source)
 	}
 	if err != nil {
 		return nil, err
@@ -44,14 +59,37 @@ func resolve(ctx context.Context, f Fetcher, r types.Resource) ([]byte, error) {
 	what := "the content"
 	if r.Compression != nil && *r.Compression == "gzip" {
 		if data, err = gunzip(data); err != nil {
-			return nil, fmt.Errorf("%s: %w", shorten(src), err)
+			return nil, fmt.Errorf("%s: %w", shorten(source), err)
 		}
 		what = "the decompressed content"
 	}
 	if err := verify(data, r.Verification.Hash, what); err != nil {
-		return nil, fmt.Errorf("%s: %w", shorten(src), err)
+		return nil, fmt.Errorf("%s: %w", shorten(source), err)
 	}
 	return data, nil
+}
+
+// plainScheme is a source's scheme when nothing authenticates what it
+// returns (http, tftp), else "".
+func plainScheme(source string) string {
+	u, err := url.Parse(source)
+	if err != nil {
+		return ""
+	}
+	switch s := strings.ToLower(u.Scheme); s {
+	case "http", "tftp":
+		return s
+	}
+	return ""
+}
+
+// redactSource is a source as an error may show it: without a password.
+func redactSource(source string) string {
+	u, err := url.Parse(source)
+	if err != nil {
+		return "(not a URL)"
+	}
+	return u.Redacted()
 }
 
 // maxDecompressed bounds one gzip content once decompressed: a plan is

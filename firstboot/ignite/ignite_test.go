@@ -158,7 +158,7 @@ func applyConfig(t *testing.T, root, raw string) (*fakeHost, *fakeSystemd) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := NewPlan(context.Background(), cfg, noFetch{})
+	plan, err := NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestCheckRefusesToClobberAnImageFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, _ := NewPlan(context.Background(), cfg, noFetch{})
+	plan, _ := NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 	a := &Applier{Root: root, Persistent: []string{"/var/lib/kiln"}}
 	if err := a.Check(plan); err == nil || !strings.Contains(err.Error(), "/etc/image-file exists") {
 		t.Fatalf("Check = %v, want a refusal naming the file", err)
@@ -254,7 +254,7 @@ func TestHashMismatchFailsThePlanBeforeAnyWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewPlan(context.Background(), cfg, noFetch{})
+	_, err = NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 	if err == nil || !strings.Contains(err.Error(), "storage.files[0] (/etc/a)") || !strings.Contains(err.Error(), "verification failed") {
 		t.Fatalf("err = %v, want a verification failure naming the file", err)
 	}
@@ -266,7 +266,7 @@ func plan(t *testing.T, raw string) (*Plan, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewPlan(context.Background(), cfg, noFetch{})
+	return NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 }
 
 // A small gzip content can decompress to more than the node has; past

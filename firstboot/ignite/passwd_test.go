@@ -129,7 +129,7 @@ func TestDeletionWithTheShadowTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := NewPlan(context.Background(), cfg, noFetch{})
+	plan, err := NewPlan(context.Background(), cfg, Sources{Fetcher: noFetch{}})
 	if err != nil {
 		t.Fatal(err)
 	}

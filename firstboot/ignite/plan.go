@@ -61,7 +61,7 @@ var maxPlan int64 = 512 << 20
 
 // NewPlan resolves every content of cfg: data URLs are decoded, remote
 // sources fetched, hashes verified, gzip undone.
-func NewPlan(ctx context.Context, cfg types.Config, f Fetcher) (*Plan, error) {
+func NewPlan(ctx context.Context, cfg types.Config, src Sources) (*Plan, error) {
 	p := &Plan{Groups: cfg.Passwd.Groups, Users: cfg.Passwd.Users, Units: cfg.Systemd.Units}
 	for _, d := range cfg.Storage.Directories {
 		p.Dirs = append(p.Dirs, Dir{Node: node(d.Node), Mode: mode(d.Mode, 0o755)})
@@ -76,14 +76,14 @@ func NewPlan(ctx context.Context, cfg types.Config, f Fetcher) (*Plan, error) {
 	for i, fl := range cfg.Storage.Files {
 		pf := File{Node: node(fl.Node), Mode: mode(fl.Mode, 0o644), HasContents: fl.Contents.Source != nil}
 		var err error
-		if pf.Contents, err = resolve(ctx, f, fl.Contents); err != nil {
+		if pf.Contents, err = resolve(ctx, src, fl.Contents); err != nil {
 			return nil, fmt.Errorf("storage.files[%d] (%s): contents: %w", i, fl.Path, err)
 		}
 		if err := held(i, fl.Path, "contents", pf.Contents); err != nil {
 			return nil, err
 		}
 		for j, a := range fl.Append {
-			data, err := resolve(ctx, f, a)
+			data, err := resolve(ctx, src, a)
 			if err != nil {
 				return nil, fmt.Errorf("storage.files[%d] (%s): append[%d]: %w", i, fl.Path, j, err)
 			}
