@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -58,14 +57,11 @@ func tftpGet(ctx context.Context, u *url.URL, max int64) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tftp %s: %w", u, err)
 		}
-		op, block := binary.BigEndian.Uint16(buf[0:2]), binary.BigEndian.Uint16(buf[2:4])
-		if op == tftpERROR {
-			return nil, fmt.Errorf("tftp %s: server error %d: %s", u, block, bytes.TrimRight(buf[4:n], "\x00"))
+		data, err := tftpData(buf[:n], want)
+		if err != nil {
+			return nil, fmt.Errorf("tftp %s: %w", u.Redacted(), err)
 		}
-		if op != tftpDATA || block != want {
-			return nil, errors.New("tftp: unexpected packet")
-		}
-		out.Write(buf[4:n])
+		out.Write(data)
 		if int64(out.Len()) > max {
 			return nil, permanentError{fmt.Errorf("tftp %s: larger than %s", u, sizeString(max))}
 		}
@@ -73,8 +69,31 @@ func tftpGet(ctx context.Context, u *url.URL, max int64) ([]byte, error) {
 		if _, err := conn.WriteToUDP(ack, from); err != nil {
 			return nil, err
 		}
-		if n-4 < tftpBlock {
+		if len(data) < tftpBlock {
 			return out.Bytes(), nil
 		}
 	}
+}
+
+// tftpData is the payload of the DATA packet pkt if it is block want;
+// any other packet is an error (a server's ERROR with its message).
+// pkt comes from whoever answers on the network, so every length is
+// checked before it is used.
+func tftpData(pkt []byte, want uint16) ([]byte, error) {
+	if len(pkt) < 4 {
+		return nil, fmt.Errorf("a packet of %d bytes, shorter than a TFTP header", len(pkt))
+	}
+	op, block := binary.BigEndian.Uint16(pkt[0:2]), binary.BigEndian.Uint16(pkt[2:4])
+	switch {
+	case op == tftpERROR:
+		msg := bytes.TrimRight(pkt[4:], "\x00")
+		return nil, fmt.Errorf("server error %d: %q", block, msg)
+	case op != tftpDATA:
+		return nil, fmt.Errorf("unexpected packet (opcode %d)", op)
+	case block != want:
+		return nil, fmt.Errorf("unexpected block %d (want %d)", block, want)
+	case len(pkt)-4 > tftpBlock:
+		return nil, fmt.Errorf("a DATA packet of %d bytes, more than a block", len(pkt)-4)
+	}
+	return pkt[4:], nil
 }
