@@ -11,7 +11,7 @@ VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
 export KILN_CACHE
 
-.PHONY: all deps kiln image test unit integration qemu-test cluster-test rebuild-test bench soak components clean
+.PHONY: all deps kiln image test unit integration qemu-test cluster-test rebuild-test bench soak fuzz components clean
 
 all: image
 
@@ -89,8 +89,15 @@ bench: deps bin/kiln
 # SOAK_CUTS (default 5) whole-cluster power cuts in a row; SOAK_TESTS
 # picks other scenarios, SOAK_CORES holds the run to fewer cores (a slower
 # host), SOAK_HOST=slow takes make test's slow-host path (scripts/soak.sh).
-soak: image
+# It runs make fuzz first.
+soak: image fuzz
 	bash scripts/soak.sh
+
+# The fuzz targets of the parsers that take untrusted bytes (a config,
+# its data: URLs, a TFTP server's packets, the kernel command line, a
+# state disk's record, the site file), FUZZ_TIME each (default 60s).
+fuzz: deps
+	bash scripts/fuzz.sh
 
 clean:
 	rm -rf bin $(OUT)

@@ -85,14 +85,25 @@ func (m *Manager) claim(takeUnrecorded bool) (Ownership, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the state partition's owner: %w", err)
 	}
-	var rec record
-	if err := json.Unmarshal(data, &rec); err != nil {
+	owner, err := parseRecord(data)
+	if err != nil {
 		return 0, &ForeignError{Reason: fmt.Sprintf("its %s does not parse (%v), so its owner is unknown", RecordFile, err)}
 	}
-	if !machine.Same(rec.ID, this) {
-		return 0, &ForeignError{Reason: fmt.Sprintf("it was made by the machine with %s; this one has %s", rec.ID, this)}
+	if !machine.Same(owner, this) {
+		return 0, &ForeignError{Reason: fmt.Sprintf("it was made by the machine with %s; this one has %s", owner, this)}
 	}
 	return Owned, nil
+}
+
+// parseRecord reads the machine a record names. The record comes from a
+// disk that may have been made anywhere: its bytes decide nothing until
+// they parse.
+func parseRecord(data []byte) (machine.ID, error) {
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return machine.ID{}, err
+	}
+	return rec.ID, nil
 }
 
 // recordOf is the record of the machine this.

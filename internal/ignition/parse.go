@@ -8,6 +8,7 @@ package ignition
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	v3 "github.com/coreos/ignition/v2/config/v3_5"
@@ -47,6 +48,9 @@ func Parse(raw []byte) (types.Config, []string, error) {
 	for _, e := range rpt.Entries {
 		lines = append(lines, e.String())
 	}
+	// Ignition reports unused keys in map order: sorted, the same config
+	// prints the same report on every boot.
+	slices.Sort(lines)
 	if err == nil && rpt.IsFatal() {
 		err = errors.New("the config has errors")
 	}
