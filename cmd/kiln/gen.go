@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/source"
@@ -54,6 +56,11 @@ it is missing, empty or its own earlier output (listed in its ` + outdir.MarkerN
 never when it is, holds or lies inside the PKI directory, or holds the site file
 or the current directory: anything else is refused, with nothing touched.
 
+The PKI directory keeps (files are added and re-issued, never removed; a
+re-issued pair's old files go to backup/<time>/; a worker has the kubelet's
+two pairs of nodes/<node>/, a master all six):
+
+` + pkiLayout() + `
 A worker's config holds no CA key, no etcd key and no service-account key.
 Feed each node its config: fw_cfg, ignition.config.url=, a ` + source.ConfigDriveLabel + ` drive,
 or embedded in the image (see docs/site.md).`,
@@ -106,4 +113,16 @@ func loadSite(path string) (*site.Site, error) {
 		return nil, inputError(err)
 	}
 	return s, nil
+}
+
+// pkiLayout is the PKI directory's files for kiln gen --help, from the
+// lists kiln gen issues them from.
+func pkiLayout() string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, line := range pki.Layout() {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+	w.Flush()
+	return b.String()
 }
