@@ -21,10 +21,12 @@ import (
 // apiserver and etcd about a fifth of it each on a host whose plain boot
 // takes 25-30 s), so on a host about twice as slow the two masters need
 // more than its two cores and the scenario collapses after the second
-// etcd member joins (CI runs of 2026-11-28 to 2026-12-01, whose genesis
-// agents started at 70-90 s). The three-VM scenario passed on hosts
-// whose floor was 26-40 s.
-const slowHostFloor = 50 * time.Second
+// etcd member joins (genesis agents that start at 70-90 s). Below that,
+// the three VMs fit but slowly: at a floor of 41 s the scenario (every
+// machine network-booted, the power cut, the re-imaging) takes about 53
+// minutes, which with the rest of make test and a cold cache exceeds
+// CI's budget; at 35 s and below it fits.
+const slowHostFloor = 35 * time.Second
 
 // workerBeside bounds the genesis first boot (power-on to done) after
 // which make test's two-node scenario still powers its worker on. A
@@ -44,7 +46,7 @@ func slowHost(floor time.Duration) string {
 	if floor <= slowHostFloor {
 		return ""
 	}
-	return fmt.Sprintf("a plain boot of %.1f s is beyond %s, where two one-vCPU masters need more than the host's two cores", floor.Seconds(), slowHostFloor)
+	return fmt.Sprintf("a plain boot of %.1f s is beyond %s, where the three-VM scenario outgrows CI's budget (and, past 50 s, the host's two cores)", floor.Seconds(), slowHostFloor)
 }
 
 // plainBoot boots the image as the cluster's machines boot it (the ISO's
@@ -83,8 +85,8 @@ func TestSlowHost(t *testing.T) {
 	}{
 		{26 * time.Second, ""},
 		{slowHostFloor, ""},
-		{slowHostFloor + time.Second, "a plain boot of 51.0 s is beyond 50s, where two one-vCPU masters need more than the host's two cores"},
-		{75 * time.Second, "a plain boot of 75.0 s is beyond 50s"},
+		{slowHostFloor + time.Second, "a plain boot of 36.0 s is beyond 35s, where the three-VM scenario outgrows CI's budget"},
+		{75 * time.Second, "a plain boot of 75.0 s is beyond 35s"},
 	} {
 		if got := slowHost(tc.floor); !strings.HasPrefix(got, tc.want) || (tc.want == "") != (got == "") {
 			t.Errorf("plain boot %s: %q, want %q", tc.floor, got, tc.want)
