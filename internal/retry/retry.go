@@ -47,11 +47,24 @@ func Wait(ctx context.Context, what string, bound time.Duration, log Logf, check
 }
 
 // WaitEvery is Wait trying every interval instead: for waits on the
-// machine itself (a socket, a device) that pass within moments.
+// machine itself (a socket, a device) that pass within moments. A bound
+// of 0 (or less) is one try, with ctx as it is: a poll bounded by 0
+// would hand that try a context already ended.
 func WaitEvery(ctx context.Context, what string, bound, interval time.Duration, log Logf, check func(context.Context) error) error {
 	start, lastReport := time.Now(), time.Now()
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, interval, bound, true, func(ctx context.Context) (bool, error) {
+	poll := wait.PollUntilContextTimeout
+	if bound <= 0 {
+		bound = 0
+		poll = func(ctx context.Context, _, _ time.Duration, _ bool, cond wait.ConditionWithContextFunc) error {
+			done, err := cond(ctx)
+			if err == nil && !done {
+				err = context.DeadlineExceeded
+			}
+			return err
+		}
+	}
+	err := poll(ctx, interval, bound, true, func(ctx context.Context) (bool, error) {
 		last = check(ctx)
 		if last == nil {
 			return true, nil

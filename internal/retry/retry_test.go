@@ -113,3 +113,27 @@ func TestTimes(t *testing.T) {
 		t.Errorf("Times with an ended ctx = %v, want it to end with ctx", err)
 	}
 }
+
+// A bound of 0 is one try, whose context is still live; it fails with the
+// check's own error, and a final error stays final.
+func TestWaitWithNoBoundTriesOnce(t *testing.T) {
+	calls := 0
+	err := Wait(context.Background(), "a live context", 0, nil, func(ctx context.Context) error {
+		calls++
+		return ctx.Err()
+	})
+	if err != nil || calls != 1 {
+		t.Fatalf("got %v after %d calls, want one successful try", err, calls)
+	}
+	calls = 0
+	err = Wait(context.Background(), "a refusal", 0, nil, func(context.Context) error {
+		calls++
+		return errors.New("refused")
+	})
+	if calls != 1 || err == nil || !strings.Contains(err.Error(), "a refusal: gave up after 0s: refused") {
+		t.Fatalf("got %v after %d calls", err, calls)
+	}
+	if err := Wait(context.Background(), "x", 0, nil, func(context.Context) error { return Final(errors.New("no")) }); !errors.Is(err, ErrFinal) {
+		t.Fatalf("a final error: got %v", err)
+	}
+}

@@ -101,23 +101,13 @@ func GetStatus(ctx context.Context, url string, want int, bound time.Duration, p
 }
 
 // retryBound calls try (each call bounded to 5 s) every retry.Interval
-// until it succeeds or bound passes, and reports each failed try to
-// progress; the error names what was tried. A bound of 0 is one try:
-// a poll bounded by 0 would hand its one try a context already ended.
+// until it succeeds or bound passes (0: one try), and reports each
+// failed try to progress; the error names what was tried.
 func retryBound(ctx context.Context, bound time.Duration, progress io.Writer, what string, try func(context.Context) error) error {
-	once := func(ctx context.Context) error {
+	return retry.Wait(ctx, what, bound, nil, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		return try(cctx)
-	}
-	if bound <= 0 {
-		if err := once(ctx); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		return nil
-	}
-	return retry.Wait(ctx, what, bound, nil, func(ctx context.Context) error {
-		err := once(ctx)
+		err := try(cctx)
 		if err != nil {
 			fmt.Fprintf(progress, "%s: %v (retrying)\n", what, err)
 		}
