@@ -44,7 +44,7 @@ func resolve(ctx context.Context, src Sources, r types.Resource) ([]byte, error)
 	}
 	if scheme := plainScheme(source); scheme != "" && r.Verification.Hash == nil && !src.AllowUnverified {
 		return nil, fmt.Errorf("%s: fetched over %s with no verification.hash: anyone on the network path could answer for it "+
-			"(give it a verification.hash, serve it over https, or build the image with configTrust.allowUnverified: true)", shorten(redactSource(source)), scheme)
+			"(give it a verification.hash, serve it over https, or build the image with configTrust.allowUnverified: true)", shorten(ignition.RedactURL(source)), scheme)
 	}
 	var data []byte
 	var err error
@@ -81,15 +81,6 @@ func plainScheme(source string) string {
 		return s
 	}
 	return ""
-}
-
-// redactSource is a source as an error may show it: without a password.
-func redactSource(source string) string {
-	u, err := url.Parse(source)
-	if err != nil {
-		return "(not a URL)"
-	}
-	return u.Redacted()
 }
 
 // maxDecompressed bounds one gzip content once decompressed: a plan is

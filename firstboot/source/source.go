@@ -10,13 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/internal/command"
+	"github.com/kiln-project/kiln/internal/ignition"
 )
 
 // ErrAbsent means a source has no config (as opposed to a broken one).
@@ -160,7 +160,7 @@ func (e Env) url(ctx context.Context) ([]byte, error) {
 		return nil, ErrAbsent
 	}
 	u := substitute(raw, nodeFacts(e.Root))
-	p, err := e.pin("the config from "+redactURL(u), plainURL(u))
+	p, err := e.pin("the config from "+ignition.RedactURL(u), plainURL(u))
 	if err != nil {
 		return nil, err
 	}
@@ -205,13 +205,4 @@ func CmdlineArg(cmdline, key string) string {
 		}
 	}
 	return ""
-}
-
-// redactURL is a URL as a console line may show it: without a password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "ignition.config.url= (not a URL)"
-	}
-	return u.Redacted()
 }
