@@ -49,8 +49,9 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 
 // Anchors are two DaemonSets: one on the masters (by label) whose single
 // pod keeps every anchored component's static pod and the discovery zone
-// and, under its own service account (nodes: get, list, patch), applies
-// the labels workers request that the site gives them; and one keeping
+// and, under its own service account (mastersAnchorRules), applies the
+// labels workers request that the site gives them and approves the
+// kubelets' serving certificate requests the site vouches for; and one keeping
 // the zone on every other node. Both read the one Endpoints object the zone comes from,
 // default/kubernetes, and no other (DiscoveryRole). One pod per master
 // rather than one per component: after a whole-cluster power cut every
@@ -61,13 +62,12 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 // deleted through the API (never on a power cut), moves the components'
 // manifests to a backup directory, bounded by the grace period.
 func Anchors(p Params) []runtime.Object {
-	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}}
 	objs := []runtime.Object{
 		serviceAccount(OthersAnchor),
 		serviceAccount(MastersAnchor),
 		DiscoveryRole(),
 		roleBinding(DiscoveryRoleName, DiscoveryNamespace, DiscoveryRoleName, OthersAnchor, MastersAnchor),
-		clusterRole("kiln:anchor-control-plane", []rbacv1.PolicyRule{nodes}),
+		clusterRole("kiln:anchor-control-plane", mastersAnchorRules),
 		clusterRoleBinding("kiln:anchor-control-plane", "kiln:anchor-control-plane", MastersAnchor),
 	}
 
@@ -75,7 +75,7 @@ func Anchors(p Params) []runtime.Object {
 	spec := &masters.Spec.Template.Spec
 	spec.NodeSelector = map[string]string{MasterLabel: ""}
 	c := &spec.Containers[0]
-	c.Command = append(c.Command, "--apply-node-labels")
+	c.Command = append(c.Command, "--apply-node-labels", "--approve-serving-certs")
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 		Command: append(anchorCommand(MastersAnchorComponents), "--cleanup", "--timeout", "20s")}}}
 
@@ -86,6 +86,19 @@ func Anchors(p Params) []runtime.Object {
 		}}},
 	}}
 	return append(objs, masters, others)
+}
+
+// mastersAnchorRules are the masters' anchor's rights beyond the
+// discovery Endpoints.
+var mastersAnchorRules = []rbacv1.PolicyRule{
+	// The labels workers request, applied when the site gives them; the
+	// Nodes' addresses a DHCP node's serving request is checked against.
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
+	// The kubelets' serving certificate requests: read, then approved or
+	// denied, for that signer alone (the controller-manager signs).
+	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
+	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{"kubernetes.io/kubelet-serving"}, Verbs: []string{"approve"}},
 }
 
 // The Endpoints object the discovery zone is made from, and the Role

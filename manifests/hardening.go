@@ -104,17 +104,15 @@ rules:
 
 // apiServerHardening are the apiserver's hardening flags: Secrets
 // encrypted in etcd, anonymous access limited by the authentication
-// configuration, the audit log, no profiling, and, when every node has a
-// static address, kubelets checked against the CA that issued their
-// serving certificates (a DHCP node's names no address, and the
-// apiserver dials its InternalIP: its logs and exec would fail).
+// configuration, the audit log, no profiling, and every kubelet checked
+// against the CA that issued its serving certificate: kiln gen's for a
+// static node, the controller-manager's (through a request the masters'
+// anchor approves) for a DHCP node.
 func apiServerHardening(p Params) []arg {
 	flags := []arg{
 		{"encryption-provider-config", EncryptionConfigPath},
 		{"authentication-config", AuthnConfigPath},
-	}
-	if p.Node.Cluster.VerifyKubelets {
-		flags = append(flags, arg{"kubelet-certificate-authority", pki("ca.crt")})
+		{"kubelet-certificate-authority", pki("ca.crt")},
 	}
 	flags = append(flags,
 		arg{"profiling", "false"},

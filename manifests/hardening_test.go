@@ -94,15 +94,23 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// The apiserver checks kubelet serving certificates only when every one
-// names the address it dials: not with a DHCP node in the site.
-func TestKubeletCertificateAuthorityOnlyWhenEveryNodeIsStatic(t *testing.T) {
-	for _, verify := range []bool{true, false} {
-		n := node("m1", "genesis", "192.168.10.11")
-		n.Cluster.VerifyKubelets = verify
-		got, set := flagsOf(APIServer(GenesisParams(n, testImages)))["kubelet-certificate-authority"]
-		if set != verify || (verify && got != PKIDir+"/ca.crt") {
-			t.Errorf("verifyKubelets %v: --kubelet-certificate-authority=%q (set: %v)", verify, got, set)
+// The apiserver checks every kubelet's serving certificate, whatever the
+// site's addresses; a DHCP node's kubelet asks for its certificate (it
+// has no address when kiln gen runs), a static node's uses kiln gen's.
+func TestEveryKubeletIsVerified(t *testing.T) {
+	for _, addr := range []string{"192.168.10.21", ""} {
+		n := node("w1", "worker", addr)
+		m := node("m1", "genesis", "192.168.10.11")
+		m.SiteNodes = map[string]string{"m1": "192.168.10.11", "w1": addr}
+		got, set := flagsOf(APIServer(GenesisParams(m, testImages)))["kubelet-certificate-authority"]
+		if !set || got != PKIDir+"/ca.crt" {
+			t.Errorf("site with w1 at %q: --kubelet-certificate-authority=%q (set: %v)", addr, got, set)
+		}
+		k := KubeletConfig(GenesisParams(n, testImages))
+		byCSR := k.ServerTLSBootstrap && k.TLSCertFile == "" && k.TLSPrivateKeyFile == ""
+		byFile := !k.ServerTLSBootstrap && k.TLSCertFile == PKIDir+"/kubelet-server.crt"
+		if (addr == "" && !byCSR) || (addr != "" && !byFile) {
+			t.Errorf("w1 at %q: serverTLSBootstrap %v, tlsCertFile %q", addr, k.ServerTLSBootstrap, k.TLSCertFile)
 		}
 	}
 }

@@ -9,14 +9,16 @@ import (
 
 // KubeletConfig is the kubelet's configuration file: cgroup v2 through
 // systemd, no anonymous access, webhook authorization, TLS 1.2 or later
-// with strong ciphers, client certificate rotation, static pods from the state partition, and pods resolving
-// through cluster DNS (not the node-local CoreDNS), and the timing
-// profile's Node lease.
+// with strong ciphers, client certificate rotation, static pods from the
+// state partition, pods resolving through cluster DNS (not the node-local
+// CoreDNS), and the timing profile's Node lease. Its serving certificate
+// is kiln gen's on a static node and requested from the cluster
+// (serverTLSBootstrap, approved by the masters' anchor) on a DHCP node.
 func KubeletConfig(p Params) *kubeletv1beta1.KubeletConfiguration {
 	no, yes := false, true
 	c := p.Node.Cluster
 	t := timing(p)
-	return &kubeletv1beta1.KubeletConfiguration{
+	k := &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		StaticPodPath:            StaticPodDir,
 		CgroupDriver:             "systemd",
@@ -39,6 +41,10 @@ func KubeletConfig(p Params) *kubeletv1beta1.KubeletConfiguration {
 		ProtectKernelDefaults:    true,
 		NodeLeaseDurationSeconds: int32(t.NodeLease / time.Second),
 	}
+	if p.Node.ServingCertByCSR() {
+		k.TLSCertFile, k.TLSPrivateKeyFile, k.ServerTLSBootstrap = "", "", true
+	}
+	return k
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -30,7 +30,7 @@ func node(name, role, addr string) nodefile.NodeFile {
 			Name: "lab", KubernetesVersion: "v1.37.1", Domain: "cluster.local",
 			PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDNS: "10.96.0.10",
 			APIServerPort: 6443, DiscoveryName: "kube-apiserver.kiln.internal", NodeLocalDNS: "169.254.20.10",
-			UpstreamDNS: []string{"192.168.10.1"}, VerifyKubelets: true,
+			UpstreamDNS: []string{"192.168.10.1"},
 		},
 		Masters: []nodefile.Member{{Name: "m1", Address: "192.168.10.11"}},
 	}

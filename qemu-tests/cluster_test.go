@@ -110,7 +110,9 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duration) {
 	defer bodyEnded(t)
 	mirror := newRegistryMirror(t)
-	r := newClusterRun(t, mirror.on(tp))
+	// w1 takes its address by DHCP: its kubelet serving certificate comes
+	// through a request the masters' anchor approves.
+	r := newClusterRun(t, mirror.on(tp.WithDHCP("w1")))
 	mirror.start(t, r)
 	r.workerBound = workerBound
 	// m1's kubelet starts with a client certificate past its renew
@@ -138,6 +140,9 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		}},
 		namedCheck{"discovery from " + from, func(t *testing.T) { checkDiscoveryFrom(t, from, tp.Masters(), nil, kube, image) }},
 		namedCheck{"cluster DNS from " + from, func(t *testing.T) { checkClusterDNS(t, kube, image, from) }},
+		namedCheck{"kubelet serving certificates verified on " + from, func(t *testing.T) {
+			checkKubeletServingVerified(t, kube, seg.DialContext, filepath.Join(r.pkiDir, "ca.crt"), from, tp.Machines[len(tp.Machines)-1].IP())
+		}},
 		namedCheck{"pod network " + from + " to m1", func(t *testing.T) { checkPodNetwork(t, kube, image, from) }},
 		namedCheck{"an image through the site's mirror on " + from, func(t *testing.T) { checkMirror(t, mirror, kube, from, nodes[0].VM) }},
 		namedCheck{"kiln serve: every machine's phase", func(t *testing.T) { checkStatusPage(t, r.boot, tp) }},

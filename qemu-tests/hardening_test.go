@@ -2,9 +2,12 @@ package qemutests
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -93,4 +96,50 @@ func checkClientCertRenewed(t *testing.T, kube kubernetes.Interface, node string
 		}
 		return fmt.Errorf("no approved and issued CSR of system:node:%s yet (%v)", node, seen)
 	})
+}
+
+// checkKubeletServingVerified: node (a DHCP node, whose serving
+// certificate kiln gen cannot issue) serves its kubelet at ip with a
+// certificate the cluster CA signed for that address, which the masters'
+// anchor approved: what the apiserver checks (--kubelet-certificate-authority)
+// before it reads logs there or runs exec.
+func checkKubeletServingVerified(t *testing.T, kube kubernetes.Interface, dial cluster.Dialer, caFile, node, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		t.Fatalf("%s: no certificate", caFile)
+	}
+	eventually(t, "node "+node+"'s kubelet serving a certificate the cluster CA signed for "+ip, 10*time.Minute, func() error {
+		raw, err := dial(ctx, "tcp", net.JoinHostPort(ip, "10250"))
+		if err != nil {
+			return err
+		}
+		conn := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: ip})
+		defer conn.Close()
+		if err := conn.HandshakeContext(ctx); err != nil {
+			return err
+		}
+		cert := conn.ConnectionState().PeerCertificates[0]
+		if cert.Subject.CommonName != "system:node:"+node {
+			return retry.Final(fmt.Errorf("%s:10250 serves %s", ip, cert.Subject))
+		}
+		t.Logf("%s's kubelet serves %s for %v, valid until %s", node, cert.Subject, cert.IPAddresses, cert.NotAfter.Format(time.RFC3339))
+		return nil
+	})
+	csrs, err := kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range csrs.Items {
+		if c.Spec.Username == "system:node:"+node && c.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+			for _, cond := range c.Status.Conditions {
+				t.Logf("serving certificate request %s: %s (%s) %s", c.Name, cond.Type, cond.Reason, cond.Message)
+			}
+		}
+	}
 }

@@ -189,7 +189,7 @@ func TestPKICheckReportsEveryProblem(t *testing.T) {
 	os.WriteFile(renamed, bytes.Replace(data, []byte("kube-apiserver.kiln.internal"), []byte("api.lab.example"), 1), 0o644)
 	in := func(rel string) string { return filepath.Join(pkiDir, filepath.FromSlash(rel)) }
 	os.WriteFile(in("sa.key"), []byte("garbage"), 0o600)
-	os.Remove(in("nodes/w2/kubelet-server.key"))
+	os.Remove(in("nodes/w1/kubelet-server.key"))
 	w2key, _ := os.ReadFile(in("nodes/w2/kubelet-client.key"))
 	os.WriteFile(in("nodes/w1/kubelet-client.key"), w2key, 0o600)
 	os.RemoveAll(in("etcd"))
@@ -208,7 +208,7 @@ func TestPKICheckReportsEveryProblem(t *testing.T) {
 	}
 	wants := []string{
 		in("sa.key") + ": not a PEM private key",
-		in("nodes/w2/kubelet-server.key") + ": missing",
+		in("nodes/w1/kubelet-server.key") + ": missing",
 		in("nodes/w1/kubelet-client.key") + ": does not belong to",
 		in("etcd") + ": a file where a directory is expected",
 		in("nodes/m1/apiserver.crt") + ": SANs drifted",

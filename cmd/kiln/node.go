@@ -30,6 +30,7 @@ import (
 	"github.com/kiln-project/kiln/node/catalog"
 	"github.com/kiln-project/kiln/node/kilnnet"
 	"github.com/kiln-project/kiln/node/netcheck"
+	"github.com/kiln-project/kiln/node/servingcert"
 )
 
 // The subcommands below run on nodes: in the image's units and in the
@@ -299,7 +300,7 @@ the apiservers serving, so a check of that set waits here for it.`,
 func newAnchorCmd() *cobra.Command {
 	var components []string
 	var server, root string
-	var cleanup, applyLabels bool
+	var cleanup, applyLabels, approveServing bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "anchor --component NAME [--component NAME]...",
@@ -326,7 +327,14 @@ workers request on their Nodes (annotation ` + nodelabels.Annotation + `) that a
 kubelet may not set itself, when this master's node file gives that worker the
 label with that value (workerLabels, from the site), except the control-plane
 role and node-restriction.kubernetes.io/ labels; it names every other request
-in its log.`,
+in its log.
+
+--approve-serving-certs (the masters' anchor) answers, every 5 s, the kubelets'
+serving certificate requests (signer kubernetes.io/kubelet-serving, made by a
+DHCP node's kubelet): approved when the node is in the site (siteNodes in this
+master's node file), asks for its own name and, as addresses, only what its Node
+reports (a static node: its site address) and no other node has; denied with
+the reason otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := anchor.CheckComponents(components); err != nil {
@@ -342,11 +350,21 @@ in its log.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var kube kubernetes.Interface
-			if slices.Contains(components, anchor.Discovery) || applyLabels {
+			if slices.Contains(components, anchor.Discovery) || applyLabels || approveServing {
 				var err error
 				if kube, err = inClusterVia(server); err != nil {
 					return err
 				}
+			}
+			if approveServing {
+				site := func() (servingcert.Site, error) {
+					f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
+					if err != nil {
+						return nil, err
+					}
+					return f.SiteNodes, nil
+				}
+				go (&servingcert.Approver{Kube: kube, Site: site, Log: logf}).Run(ctx, 5*time.Second)
 			}
 			if applyLabels {
 				site := func() (map[string]map[string]string, error) {
@@ -363,8 +381,9 @@ in its log.`,
 		},
 	}
 	cmd.Flags().StringSliceVar(&components, "component", nil, "an anchored component (repeat, or a comma-separated list)")
-	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor and --apply-node-labels")
+	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor, --apply-node-labels and --approve-serving-certs")
 	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes that the site gives them")
+	cmd.Flags().BoolVar(&approveServing, "approve-serving-certs", false, "also approve the kubelets' serving certificate requests that the site vouches for")
 	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
 	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the components' manifests to the backup directory and exit (preStop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")

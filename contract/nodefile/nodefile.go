@@ -99,7 +99,18 @@ type NodeFile struct {
 	// it is here, with the same value: a request is the worker's own
 	// claim, this is the site's word.
 	WorkerLabels map[string]map[string]string `json:"workerLabels,omitempty"`
+	// SiteNodes are, in a master's node file, every node of the site by
+	// name with its static address ("" for a DHCP node): what the
+	// master's anchor checks a kubelet's serving certificate request
+	// against.
+	SiteNodes map[string]string `json:"siteNodes,omitempty"`
 }
+
+// ServingCertByCSR reports whether the node's kubelet asks the cluster
+// for its serving certificate: a DHCP node's address is not known when
+// kiln gen issues certificates, and the apiserver checks every kubelet's
+// certificate against the address it dials.
+func (f NodeFile) ServingCertByCSR() bool { return f.Address == "" }
 
 // ClusterParams are the cluster-wide settings a node's components use.
 type ClusterParams struct {
@@ -117,11 +128,6 @@ type ClusterParams struct {
 	// Timing is the site's timing profile (Timings); empty in node
 	// files written before it existed, which means the default.
 	Timing string `json:"timing,omitempty"`
-	// VerifyKubelets says that every node of the site has a static
-	// address, so every kubelet serving certificate kiln issued names the
-	// address the apiserver dials: the apiserver checks them against the
-	// cluster CA. A DHCP node's certificate names its hostname only.
-	VerifyKubelets bool `json:"verifyKubelets,omitempty"`
 }
 
 // Taint is a Kubernetes node taint.

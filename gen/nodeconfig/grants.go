@@ -2,6 +2,7 @@ package nodeconfig
 
 import (
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
@@ -17,8 +18,9 @@ var (
 	everyNode = []string{
 		"ca.crt",
 		"nodes/{node}/kubelet-client.crt", "nodes/{node}/kubelet-client.key",
-		"nodes/{node}/kubelet-server.crt", "nodes/{node}/kubelet-server.key",
 	}
+	// A DHCP node's kubelet requests its serving certificate instead.
+	staticNodes = []string{"nodes/{node}/kubelet-server.crt", "nodes/{node}/kubelet-server.key"}
 	mastersOnly = []string{
 		"ca.key", // the controller-manager signs kubelet certificate requests
 		"etcd/ca.crt", "front-proxy-ca.crt",
@@ -53,9 +55,12 @@ type grantedFile struct {
 
 // grantsFor lists the PKI files node n receives.
 func grantsFor(n site.Node) []grantedFile {
-	names := everyNode
+	names := slices.Clone(everyNode)
+	if n.IP().IsValid() {
+		names = append(names, staticNodes...)
+	}
 	if n.IsMaster() {
-		names = append(append([]string{}, everyNode...), mastersOnly...)
+		names = append(names, mastersOnly...)
 	}
 	out := make([]grantedFile, 0, len(names))
 	for _, name := range names {

@@ -236,7 +236,10 @@ func TestEachNodeGetsOnlyTheKeysItsRoleNeeds(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := keysIn(t, decode(t, data), index)
-			want := []string{"nodes/" + n.Name + "/kubelet-client", "nodes/" + n.Name + "/kubelet-server"}
+			want := []string{"nodes/" + n.Name + "/kubelet-client"}
+			if n.IP().IsValid() {
+				want = append(want, "nodes/"+n.Name+"/kubelet-server")
+			}
 			if n.IsMaster() {
 				want = append(want, "ca", "sa", "apiserver-etcd-client", "apiserver-kubelet-client",
 					"controller-manager", "front-proxy-client", "scheduler",
@@ -376,7 +379,7 @@ func TestFailedRunLeavesPreviousOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(filepath.Join(out, NodesDir, "w2.ign"))
-	os.Remove(filepath.Join(st.Dir, "nodes/w2/kubelet-server.crt")) // half a pair: Ensure refuses
+	os.Remove(filepath.Join(st.Dir, "nodes/w1/kubelet-server.crt")) // half a pair: Ensure refuses
 
 	s.Cluster.NTPServers = []string{"10.1.1.1"} // would change every config
 	if _, err := Generate(s, st, out); err == nil {
@@ -522,20 +525,38 @@ func TestMastersAloneGetTheEncryptionKey(t *testing.T) {
 	}
 }
 
-// The node file asks the apiserver to check kubelet serving certificates
-// only when every node's certificate names its address.
-func TestNodeFileVerifiesKubeletsOnlyWhenEveryNodeIsStatic(t *testing.T) {
+// A master's node file lists every node with its static address, which
+// its anchor checks serving certificate requests against; a DHCP node
+// gets no serving certificate from kiln gen, a static node does.
+func TestSiteNodesAndServingCertificates(t *testing.T) {
 	s := exampleSite(t)
-	if nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
-		t.Error("verifyKubelets with a DHCP node in the site")
-	}
-	for i := range s.Nodes {
-		if s.Nodes[i].Network.DHCP {
-			s.Nodes[i].Network = site.Network{Address: fmt.Sprintf("192.168.10.%d/24", 100+i), Gateway: "192.168.10.1"}
+	var master, dhcp site.Node
+	for _, n := range s.Nodes {
+		if n.IsMaster() && master.Name == "" {
+			master = n
+		}
+		if n.Network.DHCP && dhcp.Name == "" {
+			dhcp = n
 		}
 	}
-	if !nodeFile(s, s.Nodes[0]).Cluster.VerifyKubelets {
-		t.Error("no verifyKubelets with every node static")
+	if master.Name == "" || dhcp.Name == "" {
+		t.Fatal("the example site has no master or no DHCP node")
+	}
+	got := nodeFile(s, master).SiteNodes
+	if len(got) != len(s.Nodes) || got[dhcp.Name] != "" || got[master.Name] != master.IP().String() {
+		t.Errorf("siteNodes %v, want every node, %s with no address, %s at %s", got, dhcp.Name, master.Name, master.IP())
+	}
+	if nodeFile(s, dhcp).SiteNodes != nil {
+		t.Errorf("a worker's node file lists the site's nodes")
+	}
+	for _, n := range []site.Node{master, dhcp} {
+		var has bool
+		for _, g := range grantsFor(n) {
+			has = has || strings.HasSuffix(g.to, "/kubelet-server.crt")
+		}
+		if want := n.IP().IsValid(); has != want {
+			t.Errorf("%s: kubelet-server.crt granted %v, want %v", n.Name, has, want)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 			PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, ClusterDNS: c.ServiceIP(10).String(),
 			APIServerPort: c.APIServerPort, DiscoveryName: c.DiscoveryName,
 			NodeLocalDNS: discovery.NodeLocalAddress, UpstreamDNS: c.UpstreamDNS, NTPServers: c.NTPServers,
-			Timing: c.Timing, VerifyKubelets: allStatic(s),
+			Timing: c.Timing,
 		},
 	}
 	if ip := n.IP(); ip.IsValid() {
@@ -48,6 +48,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 	}
 	if n.IsMaster() {
 		f.WorkerLabels = workerLabels(s)
+		f.SiteNodes = siteNodes(s)
 	}
 	return f
 }
@@ -72,15 +73,17 @@ func workerLabels(s *site.Site) map[string]map[string]string {
 	return out
 }
 
-// allStatic reports whether every node of the site has a static address,
-// which its kubelet serving certificate then names.
-func allStatic(s *site.Site) bool {
+// siteNodes are, for a master's node file, every node's static address
+// by name ("" for a DHCP node).
+func siteNodes(s *site.Site) map[string]string {
+	out := map[string]string{}
 	for _, n := range s.Nodes {
-		if !n.IP().IsValid() {
-			return false
+		out[n.Name] = ""
+		if ip := n.IP(); ip.IsValid() {
+			out[n.Name] = ip.String()
 		}
 	}
-	return true
+	return out
 }
 
 func taints(in []site.Taint) []nodefile.Taint {

@@ -82,18 +82,20 @@ func Leaves(s *site.Site) []Leaf {
 }
 
 // NodeLeaves lists the certificates that belong to one node: every node's
-// kubelet client and serving certificates; a master's apiserver serving
+// kubelet client certificate and a static node's kubelet serving
+// certificate (a DHCP node's kubelet requests one from the cluster once
+// its address is known); a master's apiserver serving
 // certificate, its etcd server and peer certificates, and its agent's
 // client certificate (system:masters: the agent binds the cluster-admins
 // group before anything else can).
 func NodeLeaves(s *site.Site, n site.Node) []Leaf {
 	nodeHosts := []string{n.Name}
-	if ip := n.IP(); ip.IsValid() {
-		nodeHosts = append(nodeHosts, ip.String())
-	}
 	leaves := []Leaf{
 		{Stem: NodeStem(n.Name, "kubelet-client"), CA: KubernetesCA, CN: "system:node:" + n.Name, Orgs: []string{"system:nodes"}, Client: true},
-		{Stem: NodeStem(n.Name, "kubelet-server"), CA: KubernetesCA, CN: "system:node:" + n.Name, Orgs: []string{"system:nodes"}, Hosts: nodeHosts, Server: true},
+	}
+	if ip := n.IP(); ip.IsValid() {
+		nodeHosts = append(nodeHosts, ip.String())
+		leaves = append(leaves, Leaf{Stem: NodeStem(n.Name, "kubelet-server"), CA: KubernetesCA, CN: "system:node:" + n.Name, Orgs: []string{"system:nodes"}, Hosts: nodeHosts, Server: true})
 	}
 	if !n.IsMaster() {
 		return leaves

@@ -22,8 +22,8 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 		{"a key that is another's", false, func(t *testing.T, st Store, _ *site.Site) {
 			copyFile(t, st, "nodes/w2/kubelet-client.key", "nodes/w1/kubelet-client.key")
 		}, []want{{"nodes/w1/kubelet-client.key", "does not belong to"}}},
-		{"a missing key", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "nodes/w2/kubelet-server.key") },
-			[]want{{"nodes/w2/kubelet-server.key", "missing, while"}}},
+		{"a missing key", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "nodes/w1/kubelet-server.key") },
+			[]want{{"nodes/w1/kubelet-server.key", "missing, while"}}},
 		{"a missing certificate", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "scheduler.crt") },
 			[]want{{"scheduler.crt", "missing, while"}}},
 		{"a missing CA key", false, func(t *testing.T, st Store, _ *site.Site) { remove(t, st, "etcd/ca.key") },
@@ -73,8 +73,8 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 			issueAt(t, st, l, year, time.Now())
 		}, []want{{"admin.crt", `subject was "CN=root,O=kiln:cluster-admins"`}}},
 		{"a leaf the site expects and the PKI lacks", true, func(t *testing.T, st Store, s *site.Site) {
-			remove(t, st, "nodes/w2")
-		}, []want{{"nodes/w2/kubelet-client.crt", "missing: kiln gen issues it"}, {"nodes/w2/kubelet-server.crt", "missing: kiln gen issues it"}}},
+			remove(t, st, "nodes/w1")
+		}, []want{{"nodes/w1/kubelet-client.crt", "missing: kiln gen issues it"}, {"nodes/w1/kubelet-server.crt", "missing: kiln gen issues it"}}},
 		{"a file where etcd/ should be", true, func(t *testing.T, st Store, _ *site.Site) { fileInPlaceOfDir(t, st, "etcd") },
 			[]want{{"etcd", "a file where a directory is expected"}}},
 		{"a file where a node's directory should be", false, func(t *testing.T, st Store, _ *site.Site) {
@@ -87,7 +87,7 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 			[]want{{"ca.crt", "a directory where a file is expected"}}},
 		{"all of it at once", true, func(t *testing.T, st Store, s *site.Site) {
 			copyFile(t, st, "nodes/w2/kubelet-client.key", "nodes/w1/kubelet-client.key")
-			remove(t, st, "nodes/w2/kubelet-server.key")
+			remove(t, st, "nodes/w1/kubelet-server.key")
 			writeFile(t, st, "sa.key", []byte("garbage"))
 			putPair(t, st, "nodes/m1/etcd-peer", foreignPair(t, s, "nodes/m1/etcd-peer"))
 			issueAt(t, st, leafOf(t, s, "admin"), year, time.Now().Add(-2*year))
@@ -96,7 +96,7 @@ func TestCheckFindsEveryProblem(t *testing.T) {
 			dirInPlaceOfFile(t, st, "front-proxy-client.crt")
 		}, []want{
 			{"nodes/w1/kubelet-client.key", "does not belong to"},
-			{"nodes/w2/kubelet-server.key", "missing, while"},
+			{"nodes/w1/kubelet-server.key", "missing, while"},
 			{"sa.key", "not a PEM private key"},
 			{"nodes/m1/etcd-peer.crt", "signed by another key than etcd/ca.crt's"},
 			{"admin.crt", "expired on"},

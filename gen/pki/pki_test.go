@@ -59,8 +59,9 @@ func TestEnsureIssuesEveryCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := ch.Issued
-	// 3 CAs, the SA key, the encryption key, 7 cluster leaves, 2 per worker, 6 per master
-	if want := 3 + 1 + 1 + 7 + 2*2 + 3*6; len(created) != want {
+	// 3 CAs, the SA key, the encryption key, 7 cluster leaves, 2 for the
+	// static worker, 1 for the DHCP one (no serving certificate), 6 per master
+	if want := 3 + 1 + 1 + 7 + 2 + 1 + 3*6; len(created) != want {
 		t.Errorf("created %d: %v, want %d", len(created), created, want)
 	}
 	roots := map[string]*x509.CertPool{}

@@ -89,7 +89,20 @@ func (tp Topology) WithRole(name, role string, drop ...string) Topology {
 		}
 		if m.Name == name {
 			m.Role = role
+			m.DHCP = m.DHCP && role == "worker" // a master needs a static address
 		}
+		out.Machines = append(out.Machines, m)
+	}
+	return out
+}
+
+// WithDHCP is the topology with the named workers taking their
+// addresses from the segment's DHCP server (which must give each its
+// Addr) instead of the site.
+func (tp Topology) WithDHCP(names ...string) Topology {
+	out := Topology{Mirrors: tp.Mirrors}
+	for _, m := range tp.Machines {
+		m.DHCP = m.DHCP || (slices.Contains(names, m.Name) && m.Role == "worker")
 		out.Machines = append(out.Machines, m)
 	}
 	return out
@@ -146,8 +159,12 @@ func (tp Topology) Site() string {
 			}
 			extra = ", labels: {" + strings.Join(kv, ", ") + "}"
 		}
-		s += fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}%s}\n",
-			m.Name, m.Role, m.MAC, m.Addr, Gateway, extra)
+		network := fmt.Sprintf("{address: %s, gateway: %s}", m.Addr, Gateway)
+		if m.DHCP {
+			network = "{dhcp: true}"
+		}
+		s += fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: %s%s}\n",
+			m.Name, m.Role, m.MAC, network, extra)
 	}
 	return s
 }
@@ -224,6 +241,10 @@ func NetnsClient(adminKubeconfig []byte, contextName string, dial func(ctx conte
 type Machine struct {
 	Name, Role, MAC string
 	Addr            string // its address on the bridge, with the prefix length
+	// DHCP leaves the address out of the site: the machine gets Addr
+	// from the segment's DHCP server, and its kubelet asks the cluster
+	// for its serving certificate.
+	DHCP bool
 	CPUs, MemoryMiB int
 	After           string            // the machine whose role must be done before this one powers on; "" powers on first
 	Labels          map[string]string // its site labels

@@ -27,6 +27,8 @@ func TestTopologiesRenderEveryNode(t *testing.T) {
 			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "w1": {"worker", W1MAC, W1Addr}}, 21},
 		{"two nodes", TwoNodes(), map[string]struct{ role, mac, addr string }{
 			"m1": {"genesis", M1MAC, M1Addr}, "w1": {"worker", W1MAC, W1Addr}}, 13},
+		{"two nodes, w1 by DHCP", TwoNodes().WithDHCP("w1", "m1"), map[string]struct{ role, mac, addr string }{
+			"m1": {"genesis", M1MAC, M1Addr}, "w1": {"worker", W1MAC, ""}}, 13},
 		{"three masters and a worker", ThreeMastersAndWorker(), map[string]struct{ role, mac, addr string }{
 			"m1": {"genesis", M1MAC, M1Addr}, "m2": {"master", M2MAC, M2Addr}, "m3": {"master", M3MAC, M3Addr}, "w1": {"worker", W1MAC, W1Addr}}, 29},
 		{"the master role moved from m2 to w1", ThreeMastersAndWorker().WithRole("w1", "master", "m2"), map[string]struct{ role, mac, addr string }{
@@ -47,7 +49,7 @@ func TestTopologiesRenderEveryNode(t *testing.T) {
 			}
 			for _, n := range s.Nodes {
 				w, ok := tt.nodes[n.Name]
-				if !ok || n.Role != w.role || len(n.MACs) != 1 || !strings.EqualFold(n.MACs[0], w.mac) || n.Network.Address != w.addr || n.Network.Gateway != Gateway {
+				if !ok || n.Role != w.role || len(n.MACs) != 1 || !strings.EqualFold(n.MACs[0], w.mac) || n.Network.Address != w.addr || n.Network.DHCP != (w.addr == "") || (w.addr != "" && n.Network.Gateway != Gateway) {
 					t.Errorf("node %s: %+v, want %+v", n.Name, n, w)
 				}
 				if n.Name != "w1" {
