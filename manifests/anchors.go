@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/removednodes"
 )
 
 // AnchoredComponents are the control-plane components an anchor keeps on
@@ -50,7 +51,9 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 // Anchors are two DaemonSets: one on the masters (by label) whose single
 // pod keeps every anchored component's static pod and the discovery zone
 // and, under its own service account (nodes: get, list, patch), applies
-// the labels workers request that the site gives them; and one keeping
+// the labels workers request that the site gives them and (CSRs: list;
+// the removed-nodes ConfigMap: get, update) keeps the credentials of
+// removed nodes admitted back across their rotation; and one keeping
 // the zone on every other node. Both read the one Endpoints object the zone comes from,
 // default/kubernetes, and no other (DiscoveryRole). One pod per master
 // rather than one per component: after a whole-cluster power cut every
@@ -61,21 +64,27 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 // deleted through the API (never on a power cut), moves the components'
 // manifests to a backup directory, bounded by the grace period.
 func Anchors(p Params) []runtime.Object {
+	// The labels workers request: read on their Nodes, applied by patch.
 	nodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}}
+	// The kubelets' certificate requests, whose issued certificates an
+	// admitted removed node's entry follows (--keep-removed-nodes).
+	csrs := rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"list"}}
 	objs := []runtime.Object{
 		serviceAccount(OthersAnchor),
 		serviceAccount(MastersAnchor),
 		DiscoveryRole(),
 		roleBinding(DiscoveryRoleName, DiscoveryNamespace, DiscoveryRoleName, OthersAnchor, MastersAnchor),
-		clusterRole("kiln:anchor-control-plane", []rbacv1.PolicyRule{nodes}),
+		clusterRole("kiln:anchor-control-plane", []rbacv1.PolicyRule{nodes, csrs}),
 		clusterRoleBinding("kiln:anchor-control-plane", "kiln:anchor-control-plane", MastersAnchor),
+		RemovedNodesRole(),
+		roleBinding(RemovedNodesRoleName, removednodes.Namespace, RemovedNodesRoleName, MastersAnchor),
 	}
 
 	masters := anchorDaemonSet(p, MastersAnchor, MastersAnchorComponents)
 	spec := &masters.Spec.Template.Spec
 	spec.NodeSelector = map[string]string{MasterLabel: ""}
 	c := &spec.Containers[0]
-	c.Command = append(c.Command, "--apply-node-labels")
+	c.Command = append(c.Command, "--apply-node-labels", "--keep-removed-nodes")
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 		Command: append(anchorCommand(MastersAnchorComponents), "--cleanup", "--timeout", "20s")}}}
 
@@ -106,6 +115,24 @@ func DiscoveryRole() *rbacv1.Role {
 		ObjectMeta: namespacedRBACMeta(DiscoveryRoleName, DiscoveryNamespace),
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"endpoints"},
 			ResourceNames: []string{DiscoveryEndpoints}, Verbs: []string{"get"}}},
+	}
+}
+
+// RemovedNodesRoleName is the Role that lets the masters' anchor keep
+// the removed-nodes list.
+const RemovedNodesRoleName = "kiln:anchor-removed-nodes"
+
+// RemovedNodesRole lets its holders read and update the removed-nodes
+// ConfigMap by name, and no other ConfigMap. Not create: resourceNames
+// cannot restrict a create, and kiln node remove creates the list with
+// the operator's credentials; not list or watch: the anchor gets the
+// one object.
+func RemovedNodesRole() *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "Role"),
+		ObjectMeta: namespacedRBACMeta(RemovedNodesRoleName, removednodes.Namespace),
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{removednodes.Name}, Verbs: []string{"get", "update"}}},
 	}
 }
 
