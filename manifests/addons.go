@@ -29,7 +29,9 @@ const (
 // apiserver answers, in the order they are applied:
 //   - the binding of the operator's cluster-admins group to cluster-admin,
 //     first, so admin.kubeconfig works once the genesis node is done;
-//   - the binding that lets kubelets renew their client certificates;
+//   - the binding that lets kubelets renew their client certificates, and
+//     the admission policy that refuses that, and Node writes, to the
+//     nodes kiln node remove took out (removedNodes);
 //   - kiln-net, the CNI: a DaemonSet of the kiln image that writes each
 //     node's bridge + host-local conflist from the pod CIDR the
 //     controller-manager gave the Node (the reference plugins baked into
@@ -45,6 +47,7 @@ const (
 // CoreDNS; ordinary pods never get that resolver.
 func AddOns(p Params) []runtime.Object {
 	objs := []runtime.Object{clusterAdmins(), nodeClientRotation()}
+	objs = append(objs, removedNodes()...)
 	objs = append(objs, kilnNet(p)...)
 	objs = append(objs, kubeProxy(p)...)
 	objs = append(objs, clusterDNS(p)...)

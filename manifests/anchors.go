@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/removednodes"
 )
 
 // AnchoredComponents are the control-plane components an anchor keeps on
@@ -50,8 +51,10 @@ const EtcdMemberRemovedMarker = AnchorBackupDir + "/etcd-member-removed"
 // Anchors are two DaemonSets: one on the masters (by label) whose single
 // pod keeps every anchored component's static pod and the discovery zone
 // and, under its own service account (mastersAnchorRules), applies the
-// labels workers request that the site gives them and approves the
-// kubelets' serving certificate requests the site vouches for; and one keeping
+// labels workers request that the site gives them, approves the
+// kubelets' serving certificate requests the site vouches for and keeps
+// the credentials of removed nodes admitted back across their rotation;
+// and one keeping
 // the zone on every other node. Both read the one Endpoints object the zone comes from,
 // default/kubernetes, and no other (DiscoveryRole). One pod per master
 // rather than one per component: after a whole-cluster power cut every
@@ -69,13 +72,15 @@ func Anchors(p Params) []runtime.Object {
 		roleBinding(DiscoveryRoleName, DiscoveryNamespace, DiscoveryRoleName, OthersAnchor, MastersAnchor),
 		clusterRole("kiln:anchor-control-plane", mastersAnchorRules),
 		clusterRoleBinding("kiln:anchor-control-plane", "kiln:anchor-control-plane", MastersAnchor),
+		RemovedNodesRole(),
+		roleBinding(RemovedNodesRoleName, removednodes.Namespace, RemovedNodesRoleName, MastersAnchor),
 	}
 
 	masters := anchorDaemonSet(p, MastersAnchor, MastersAnchorComponents)
 	spec := &masters.Spec.Template.Spec
 	spec.NodeSelector = map[string]string{MasterLabel: ""}
 	c := &spec.Containers[0]
-	c.Command = append(c.Command, "--apply-node-labels", "--approve-serving-certs")
+	c.Command = append(c.Command, "--apply-node-labels", "--approve-serving-certs", "--keep-removed-nodes")
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 		Command: append(anchorCommand(MastersAnchorComponents), "--cleanup", "--timeout", "20s")}}}
 
@@ -94,9 +99,12 @@ var mastersAnchorRules = []rbacv1.PolicyRule{
 	// The labels workers request, applied when the site gives them; the
 	// Nodes' addresses a DHCP node's serving request is checked against.
 	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
-	// The kubelets' serving certificate requests: read, then approved or
-	// denied, for that signer alone (the controller-manager signs).
+	// The kubelets' certificate requests: serving ones to answer, client
+	// ones whose issued certificates an admitted removed node's entry
+	// follows (--keep-removed-nodes).
 	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
+	// Approval or denial of the serving requests, for that signer alone
+	// (the controller-manager signs).
 	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
 	{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{"kubernetes.io/kubelet-serving"}, Verbs: []string{"approve"}},
 }
@@ -119,6 +127,24 @@ func DiscoveryRole() *rbacv1.Role {
 		ObjectMeta: namespacedRBACMeta(DiscoveryRoleName, DiscoveryNamespace),
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"endpoints"},
 			ResourceNames: []string{DiscoveryEndpoints}, Verbs: []string{"get"}}},
+	}
+}
+
+// RemovedNodesRoleName is the Role that lets the masters' anchor keep
+// the removed-nodes list.
+const RemovedNodesRoleName = "kiln:anchor-removed-nodes"
+
+// RemovedNodesRole lets its holders read and update the removed-nodes
+// ConfigMap by name, and no other ConfigMap. Not create: resourceNames
+// cannot restrict a create, and kiln node remove creates the list with
+// the operator's credentials; not list or watch: the anchor gets the
+// one object.
+func RemovedNodesRole() *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "Role"),
+		ObjectMeta: namespacedRBACMeta(RemovedNodesRoleName, removednodes.Namespace),
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{removednodes.Name}, Verbs: []string{"get", "update"}}},
 	}
 }
 

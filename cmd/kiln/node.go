@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-project/kiln/builder/imageseed"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/nodelabels"
+	"github.com/kiln-project/kiln/contract/removednodes"
 	"github.com/kiln-project/kiln/firstboot"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/command"
@@ -300,7 +301,7 @@ the apiservers serving, so a check of that set waits here for it.`,
 func newAnchorCmd() *cobra.Command {
 	var components []string
 	var server, root string
-	var cleanup, applyLabels, approveServing bool
+	var cleanup, applyLabels, approveServing, keepRemoved bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "anchor --component NAME [--component NAME]...",
@@ -334,7 +335,13 @@ serving certificate requests (signer kubernetes.io/kubelet-serving, made by a
 DHCP node's kubelet): approved when the node is in the site (siteNodes in this
 master's node file), asks for its own name and, as addresses, only what its Node
 reports (a static node: its site address) and no other node has; denied with
-the reason otherwise.`,
+the reason otherwise.
+
+--keep-removed-nodes (the masters' anchor) also admits, every 30 s, in the
+removed-nodes ConfigMap (` + removednodes.Namespace + `/` + removednodes.Name + `), the
+certificates issued to the kubelet of a node kiln node admit let back in on a
+request made with a certificate its entry admits, so that its kubelet's
+rotated client certificate is not refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := anchor.CheckComponents(components); err != nil {
@@ -350,7 +357,7 @@ the reason otherwise.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var kube kubernetes.Interface
-			if slices.Contains(components, anchor.Discovery) || applyLabels || approveServing {
+			if slices.Contains(components, anchor.Discovery) || applyLabels || approveServing || keepRemoved {
 				var err error
 				if kube, err = inClusterVia(server); err != nil {
 					return err
@@ -376,14 +383,18 @@ the reason otherwise.`,
 				}
 				go (&nodelabels.Reconciler{Kube: kube, Site: site, Log: logf}).Run(ctx, 30*time.Second)
 			}
+			if keepRemoved {
+				go (&removednodes.Reconciler{Kube: kube, Log: logf}).Run(ctx, 30*time.Second)
+			}
 			h.RunAll(ctx, components, kube)
 			return nil
 		},
 	}
 	cmd.Flags().StringSliceVar(&components, "component", nil, "an anchored component (repeat, or a comma-separated list)")
-	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor, --apply-node-labels and --approve-serving-certs")
+	cmd.Flags().StringVar(&server, "server", "", "apiserver URL (the discovery name), for the discovery anchor and the masters' anchor's --apply-node-labels, --approve-serving-certs and --keep-removed-nodes")
 	cmd.Flags().BoolVar(&applyLabels, "apply-node-labels", false, "also apply the labels workers request on their Nodes that the site gives them")
 	cmd.Flags().BoolVar(&approveServing, "approve-serving-certs", false, "also approve the kubelets' serving certificate requests that the site vouches for")
+	cmd.Flags().BoolVar(&keepRemoved, "keep-removed-nodes", false, "also admit the rotated certificates of removed nodes admitted back")
 	cmd.Flags().StringVar(&root, "root", "/", "where the host's paths are")
 	cmd.Flags().BoolVar(&cleanup, "cleanup", false, "move the components' manifests to the backup directory and exit (preStop)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 20*time.Second, "bound on --cleanup")

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kiln-project/kiln/contract/removednodes"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/manifests"
@@ -22,7 +24,7 @@ import (
 func newNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "List and remove the nodes of a running cluster (from the operator's machine or a master)",
+		Short: "List, remove and admit back the nodes of a running cluster (from the operator's machine or a master)",
 		Long: `Operate on a running cluster with what kiln gen wrote: the site file names every
 master's address, the PKI holds the admin and etcd client certificates. Each
 command tries the site's masters in turn: the first whose apiserver is ready
@@ -30,7 +32,7 @@ command tries the site's masters in turn: the first whose apiserver is ready
 Run them from the operator's machine or from any master that has the site file
 and the PKI. See docs/operations.md.`,
 	}
-	cmd.AddCommand(newNodeListCmd(), newNodeRemoveCmd())
+	cmd.AddCommand(newNodeListCmd(), newNodeRemoveCmd(), newNodeAdmitCmd())
 	return cmd
 }
 
@@ -127,8 +129,13 @@ name, their place in the run and what they did: for a master, a check that its
 etcd member can go (refused, before anything changes, when that would leave no
 master or etcd without quorum; the refusal says why and what to do), then the
 node is cordoned and drained (as kubectl drain, bounded by --timeout), leaves
-etcd, is marked removed so its kiln-leave service stops it for good, and its
-Node is deleted.
+etcd, is marked removed so its kiln-leave service stops it for good, is listed
+in the ConfigMap ` + removednodes.Namespace + `/` + removednodes.Name + ` (the cluster's admission policy
+then refuses its credentials any certificate request and any write to a Node),
+and its Node is deleted. Its certificates still read what the Node authorizer
+lets them until they expire: Kubernetes cannot revoke a client certificate.
+To bring it back: kiln pki renew --node NAME, kiln gen, kiln node admit NAME,
+then re-image it.
 
 Every step is idempotent: a second run finishes what an interrupted one started.
 NAME may be a node of the site, a Node of the cluster or an etcd member's name.
@@ -185,5 +192,56 @@ See docs/operations.md.`,
 	cmd.Flags().DurationVar(&o.LeaveTimeout, "leave-timeout", nodeops.DefaultLeaveTimeout, "bound on the wait for a running node to say it stopped its kubelet and pods")
 	cmd.Flags().BoolVar(&o.DeleteEmptyDirData, "delete-emptydir-data", false, "also evict pods with emptyDir volumes; their data is lost (kubectl drain's flag)")
 	cmd.Flags().BoolVar(&o.EvictUnmanaged, "evict-unmanaged", false, "also evict pods no controller manages; nothing re-creates them (kubectl drain --force)")
+	return cmd
+}
+
+func newNodeAdmitCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "admit NAME -f SITE --pki DIR",
+		Short: "Let a removed node back in with the new kubelet client certificate in the PKI",
+		Long: `Let the node NAME, which kiln node remove took out, back into the cluster: add
+the credential ID of its kubelet client certificate in the PKI
+(DIR/nodes/NAME/kubelet-client.crt) to its entry in the ConfigMap
+` + removednodes.Namespace + `/` + removednodes.Name + `, so the admission policy lets that certificate request
+certificates and write its Node again. The masters' anchor admits the
+certificates the node's kubelet renews it into.
+
+Refused when that certificate was issued before the removal: run
+kiln pki renew --node NAME and kiln gen first, then boot the machine with the
+new config. A node that is not listed as removed is an error, and nothing
+changes.
+
+Exit status: 1 when kiln refuses or the cluster cannot be reached, 2 for a
+usage error. See docs/operations.md.`,
+		Example: `  kiln pki renew -f site.yaml --pki pki/ --node w1
+  kiln gen -f site.yaml --pki pki/ ...
+  kiln node admit w1 -f site.yaml --pki pki/`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if name == "" {
+				return usageError{errors.New("the node name is empty")}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, st, err := f.load()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			log := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+			a := &nodeops.Admitter{PKI: st, Log: log}
+			if a.Kube, err = nodeops.ConnectAPI(ctx, s, st, "", nodeops.ConnectWait, log); err != nil {
+				return err
+			}
+			err = a.Admit(ctx, name)
+			if errors.Is(err, removednodes.ErrNotRemoved) || errors.Is(err, fs.ErrNotExist) {
+				return usageError{fmt.Errorf("%w (nothing changed)", err)}
+			}
+			return err
+		},
+	}
+	f.add(cmd)
 	return cmd
 }

@@ -135,10 +135,10 @@ func printInfos(w io.Writer, infos []pki.Info, warn time.Duration) {
 }
 
 func newPKIRenewCmd() *cobra.Command {
-	var dir, sitePath, within string
+	var dir, sitePath, within, node string
 	cmd := &cobra.Command{
-		Use:   "renew -f SITE [--pki DIR] [--within 30d]",
-		Short: "Renew leaf certificates close to expiry under the same CAs",
+		Use:   "renew -f SITE [--pki DIR] [--within 30d | --node NAME]",
+		Short: "Renew leaf certificates close to expiry, or one node's now, under the same CAs",
 		Long: `Re-issue every leaf certificate of the site that expires within the given
 time: a new key and certificate under the same CA, with the site's current
 names and lifetime. The old pair is copied to DIR/backup/<UTC time>/ first,
@@ -147,10 +147,20 @@ itself re-issues a leaf that drifted from the site or entered its renew
 window (its last 30 days, or last third); renew does it earlier, for
 everything within --within. Then run kiln gen to put the new certificates
 in the configs and re-feed the nodes. Kubelet client
-certificates also renew themselves on a running node (docs/security.md).`,
-		Example: `  kiln pki renew -f site.yaml --pki pki/ --within 30d`,
-		Args:    cobra.NoArgs,
+certificates also renew themselves on a running node (docs/security.md).
+
+With --node NAME, re-issue that node's own certificates (its kubelet client
+and serving certificates; a master's apiserver, etcd and agent certificates
+too) now, whatever their expiry: for a node removed with kiln node remove
+before kiln node admit lets it back in, or one whose config or disk may be in
+other hands.`,
+		Example: `  kiln pki renew -f site.yaml --pki pki/ --within 30d
+  kiln pki renew -f site.yaml --pki pki/ --node w1`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node != "" && cmd.Flags().Changed("within") {
+				return usageError{errors.New("--node renews that node's certificates whatever their expiry: it takes no --within")}
+			}
 			d, err := site.ParseDuration(within)
 			if err != nil {
 				return usageError{fmt.Errorf("--within %q: %w", within, err)}
@@ -159,11 +169,22 @@ certificates also renew themselves on a running node (docs/security.md).`,
 			if err != nil {
 				return err
 			}
-			renewed, err := pki.Store{Dir: dir}.Renew(s, d)
+			st := pki.Store{Dir: dir}
+			var renewed []string
+			if node != "" {
+				renewed, err = st.RenewNode(s, node)
+			} else {
+				renewed, err = st.Renew(s, d)
+			}
 			for _, stem := range renewed {
 				fmt.Fprintf(cmd.OutOrStdout(), "renewed %s\n", stem)
 			}
-			if err == nil && len(renewed) == 0 {
+			switch {
+			case errors.Is(err, pki.ErrUnknownNode):
+				return usageError{err}
+			case err == nil && len(renewed) == 0 && node != "":
+				fmt.Fprintf(cmd.OutOrStdout(), "%s has no certificate in %s yet: kiln gen issues them\n", node, dir)
+			case err == nil && len(renewed) == 0:
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing expires within %s\n", within)
 			}
 			return pkiError(err)
@@ -172,6 +193,7 @@ certificates also renew themselves on a running node (docs/security.md).`,
 	cmd.Flags().StringVarP(&sitePath, "file", "f", "", "the site file (required)")
 	cmd.Flags().StringVar(&dir, "pki", "pki", "the PKI directory")
 	cmd.Flags().StringVar(&within, "within", "30d", "renew what expires within this time")
+	cmd.Flags().StringVar(&node, "node", "", "renew this node's certificates now, whatever their expiry")
 	cmd.MarkFlagRequired("file")
 	return cmd
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -64,6 +65,9 @@ var resources = map[string]struct {
 	"ClusterRoleBinding": {rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"), false},
 	"Role":               {rbacv1.SchemeGroupVersion.WithResource("roles"), true},
 	"RoleBinding":        {rbacv1.SchemeGroupVersion.WithResource("rolebindings"), true},
+
+	"ValidatingAdmissionPolicy":        {admissionv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"), false},
+	"ValidatingAdmissionPolicyBinding": {admissionv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings"), false},
 }
 
 // applyAddOns server-side applies every add-on object, retrying each
@@ -95,7 +99,7 @@ func (c *cluster) applyAddOns(ctx context.Context, p manifests.Params) error {
 			return err
 		}
 	}
-	c.log("add-ons applied: %d objects (cluster-admins binding, kiln-net CNI, kube-proxy, cluster DNS, anchors)", len(objs))
+	c.log("add-ons applied: %d objects (cluster-admins binding, removed-nodes policy, kiln-net CNI, kube-proxy, cluster DNS, anchors)", len(objs))
 	return nil
 }
 

@@ -221,14 +221,38 @@ func (st Store) stems() ([]string, Problems, error) {
 // stems.
 func (st Store) Renew(s *site.Site, within time.Duration) ([]string, error) {
 	now := st.now()
+	return st.renew(s, Leaves(s), func(c *x509.Certificate) bool { return c.NotAfter.Sub(now) <= within })
+}
+
+// ErrUnknownNode is RenewNode's answer for a name the site does not give.
+var ErrUnknownNode = errors.New("no such node in the site")
+
+// RenewNode re-issues every certificate of the node (NodeLeaves) now,
+// whatever its expiry, as Renew does: new keys, the old pairs copied to
+// backup/<time>/ first. A node whose certificates may be in other hands
+// (one removed, or whose machine or config was stolen) gets credentials
+// that never were there. It returns the renewed stems; a certificate not
+// issued yet is left to kiln gen.
+func (st Store) RenewNode(s *site.Site, node string) ([]string, error) {
+	for _, n := range s.Nodes {
+		if n.Name == node {
+			return st.renew(s, NodeLeaves(s, n), func(*x509.Certificate) bool { return true })
+		}
+	}
+	return nil, fmt.Errorf("%s: %w file %s", node, ErrUnknownNode, s.File)
+}
+
+// renew re-issues the leaves whose certificate is due, each after
+// copying its pair to one backup directory.
+func (st Store) renew(s *site.Site, leaves []Leaf, due func(*x509.Certificate) bool) ([]string, error) {
 	var renewed []string
 	var backup string
-	for _, l := range Leaves(s) {
+	for _, l := range leaves {
 		e, ok, ps := st.read(l.Stem)
 		if len(ps) > 0 {
 			return renewed, ps
 		}
-		if !ok || e.cert.NotAfter.Sub(now) > within {
+		if !ok || !due(e.cert) {
 			continue // kiln gen issues what is missing
 		}
 		if backup == "" {

@@ -3,6 +3,7 @@ package pki
 import (
 	"bytes"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -307,4 +308,69 @@ func absDiff(a, b time.Duration) time.Duration {
 		return a - b
 	}
 	return b - a
+}
+
+// A node's certificates are re-issued at once, whatever their expiry,
+// with new keys; every other certificate stays as it was.
+func TestRenewNodeReissuesThatNodesCertificatesOnly(t *testing.T) {
+	s := loadSite(t)
+	st := Store{Dir: t.TempDir()}
+	if _, err := st.Ensure(s); err != nil {
+		t.Fatal(err)
+	}
+	var master, worker site.Node
+	for _, n := range s.Nodes {
+		switch {
+		case n.IsMaster() && master.Name == "":
+			master = n
+		case !n.IsMaster() && worker.Name == "":
+			worker = n
+		}
+	}
+	before := map[string]Pair{}
+	for _, l := range Leaves(s) {
+		before[l.Stem], _ = st.Pair(l.Stem)
+	}
+	for _, tc := range []struct {
+		name    string
+		node    string
+		want    []Leaf
+		wantErr error
+	}{
+		{name: "a worker", node: worker.Name, want: NodeLeaves(s, worker)},
+		{name: "a master", node: master.Name, want: NodeLeaves(s, master)},
+		{name: "a name the site does not give", node: "nope", wantErr: ErrUnknownNode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			renewed, err := st.RenewNode(s, tc.node)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("RenewNode(%s): %v, want %v", tc.node, err, tc.wantErr)
+			}
+			var want []string
+			for _, l := range tc.want {
+				want = append(want, l.Stem)
+			}
+			if !slices.Equal(renewed, want) {
+				t.Fatalf("renewed %v, want %v", renewed, want)
+			}
+			for _, stem := range want {
+				p, err := st.Pair(stem)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Equal(p.Key, before[stem].Key) || bytes.Equal(p.Cert, before[stem].Cert) {
+					t.Errorf("%s: the same pair as before", stem)
+				}
+				before[stem] = p
+			}
+		})
+	}
+	for _, l := range Leaves(s) {
+		if p, _ := st.Pair(l.Stem); !bytes.Equal(p.Cert, before[l.Stem].Cert) {
+			t.Errorf("%s changed, and was not renewed", l.Stem)
+		}
+	}
+	if _, problems, err := st.Check(s, 0); err != nil || len(problems) != 0 {
+		t.Fatalf("check after renewal: %v, %v", problems, err)
+	}
 }

@@ -50,7 +50,8 @@ func (r *Remover) markRemoved(ctx context.Context, n *node, log Logf) error {
 // waitLeft waits, within its bound, for a Ready node to answer that it
 // stopped; a node that is down cannot, and is told by the mark no more:
 // deleting its Node removes the mark, so if it boots again with its
-// state disk, its kubelet registers the Node again.
+// state disk, its kubelet runs its pods, though the removed-nodes list
+// keeps it from registering the Node again.
 func (r *Remover) waitLeft(ctx context.Context, n *node, log Logf) error {
 	if n.obj == nil {
 		log("no Node %s in the cluster: nothing to wait for", n.name)
@@ -96,7 +97,7 @@ func (r *Remover) waitLeft(ctx context.Context, n *node, log Logf) error {
 		return ctx.Err()
 	}
 	log("%s did not say it stopped within %s (an image without kiln-leave, or its apiserver unreachable): "+
-		"power it off or re-image it, or its kubelet registers the Node again", n.name, bound)
+		"power it off or re-image it: its kubelet may still run its pods, though it can no longer register the Node", n.name, bound)
 	return nil
 }
 

@@ -2,9 +2,10 @@
 // from their own machine (or any master), with the site file and the
 // PKI kiln gen keeps: `kiln node list` (every node with its role,
 // address, readiness, etcd membership, version and certificate expiry)
-// and `kiln node remove` (cordon, drain, leave etcd, delete the Node: a
-// list of named, idempotent steps, so a second run finishes what an
-// interrupted one started). The commands reach the apiserver and etcd
+// `kiln node remove` (cordon, drain, leave etcd, list the node as
+// removed, delete the Node: a list of named, idempotent steps, so a
+// second run finishes what an interrupted one started) and `kiln node
+// admit` (let a removed node back in with its new kubelet certificate). The commands reach the apiserver and etcd
 // of each master in turn (Connect); the logic sees them through a
 // client-go interface and the small Etcd interface, so tests use fakes.
 package nodeops

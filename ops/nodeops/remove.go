@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/contract/removednodes"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/steps"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -60,7 +61,10 @@ type Remover struct {
 
 // steps are the removal of n, in order: each one finds out what is left
 // to do, does it, and says what it did through log; runStep tries it
-// again while it fails on what passes by itself.
+// again while it fails on what passes by itself. revoke comes after
+// wait-left, whose answer the node writes on its Node with its own
+// credentials, and before delete-node, so that the kubelet of a node
+// still running cannot register the Node again.
 func (r *Remover) steps(n *node, log Logf) []steps.Step {
 	step := func(name string, run func(ctx context.Context, n *node, log Logf) error) steps.Step {
 		return steps.Step{Name: name, Run: func(ctx context.Context) error { return r.runStep(ctx, run, n, log) }}
@@ -72,6 +76,7 @@ func (r *Remover) steps(n *node, log Logf) []steps.Step {
 		step("etcd-member", r.removeMember),
 		step("mark-removed", r.markRemoved),
 		step("wait-left", r.waitLeft),
+		step("revoke", r.revoke),
 		step("delete-node", r.deleteNode),
 	}
 }
@@ -101,7 +106,7 @@ func (r *Remover) Remove(ctx context.Context, name string) error {
 	if err := run.Run(ctx, r.steps(n, log)); err != nil {
 		return err
 	}
-	r.Log("%s is out of the cluster; re-image it with a blank state disk to bring it back (docs/operations.md#removing-a-node)", name)
+	r.Log("%s is out of the cluster; to bring it back, kiln pki renew --node %s, kiln gen, kiln node admit %s, then re-image it with a blank state disk (docs/operations.md#re-imaging-a-node)", name, name, name)
 	return nil
 }
 
@@ -235,6 +240,23 @@ func (r *Remover) removeMember(ctx context.Context, n *node, log Logf) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// revoke lists the node in the removed-nodes ConfigMap: the admission
+// policy then refuses its credentials a certificate request and any
+// write to a Node. A resumed removal keeps the first removal's time.
+func (r *Remover) revoke(ctx context.Context, n *node, log Logf) error {
+	e, wrote, err := removednodes.MarkRemoved(ctx, r.Kube, n.name, r.now())
+	if err != nil {
+		return err
+	}
+	where := removednodes.Namespace + "/" + removednodes.Name
+	if !wrote {
+		log("%s was already listed removed in ConfigMap %s (%s)", n.name, where, e)
+		return nil
+	}
+	log("listed %s removed in ConfigMap %s (%s): its credentials may no longer renew or write a Node", n.name, where, e)
 	return nil
 }
 

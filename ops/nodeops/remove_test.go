@@ -16,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kiln-project/kiln/contract/removednodes"
 	"github.com/kiln-project/kiln/firstboot/leave"
 	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/manifests"
@@ -71,6 +73,8 @@ func TestRemove(t *testing.T) {
 		{name: "second run after everything was done", remove: "m2",
 			etcd:        &fakeEtcd{members: []etcdmember.Member{m1, m3}},
 			wantMembers: []string{"m1", "m3"}},
+		{name: "second run after the node was listed removed", remove: "w1",
+			objs: []runtime.Object{removedList(map[string]string{"w1": "removed=2026-03-01T10:00:00Z"})}},
 		{name: "second run after the etcd member went", remove: "m2",
 			objs: []runtime.Object{func() runtime.Object {
 				n := kubeNode("m2", "master", "10.0.0.12", ready)
@@ -175,6 +179,9 @@ func TestRemove(t *testing.T) {
 			if tc.wantRefusal && n != nil && n.Spec.Unschedulable {
 				t.Errorf("a refused removal cordoned %s", tc.remove)
 			}
+			if e, listed := listedRemoved(t, cs, tc.remove); listed != (err == nil) {
+				t.Errorf("%s listed removed: %v (%s), want %v", tc.remove, listed, e, err == nil)
+			}
 			if tc.etcd != nil && !slices.Equal(tc.etcd.names(), tc.wantMembers) {
 				t.Errorf("etcd members %v, want %v", tc.etcd.names(), tc.wantMembers)
 			}
@@ -232,4 +239,20 @@ func TestRemoveResumesAnInterruptedRun(t *testing.T) {
 			t.Errorf("second run does not say %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// removedList is the removed-nodes ConfigMap with data.
+func removedList(data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: removednodes.Name, Namespace: removednodes.Namespace}, Data: data}
+}
+
+// listedRemoved is node's removed-nodes entry, if there is one.
+func listedRemoved(t *testing.T, kube kubernetes.Interface, node string) (removednodes.Entry, bool) {
+	t.Helper()
+	l, err := removednodes.Read(context.Background(), kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := l[node]
+	return e, ok
 }
