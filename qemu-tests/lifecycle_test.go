@@ -78,19 +78,23 @@ func machineNamed(t *testing.T, nodes []*clusterVM, name string) *clusterVM {
 }
 
 // reimageWorker is what an operator does to reprovision a worker (issue
-// 12), on the scenario's running cluster after w1 was removed: w1
-// re-imaged (a blank state disk, the same config) is Ready again under
-// its name, and `kiln node list` then finds nothing wrong.
+// 12), on the scenario's running cluster after w1 was removed: its old
+// kubelet credential is refused, it gets new ones (readmit), and w1
+// re-imaged (a blank state disk, its new config) is Ready again under
+// its name while the old credential stays refused; `kiln node list`
+// then finds nothing wrong.
 func reimageWorker(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kubernetes.Interface, tl *bootTimeline,
 	nodes []*clusterVM, cfgs map[string][]byte, dir, pkiDir string) {
 	t.Helper()
 	w1 := machineNamed(t, nodes, "w1")
 	ctx := context.Background()
+	old := readmit(t, tp, seg, cfgs, pkiDir, "w1")
 	start := time.Now()
 	since := reimage(t, w1, dir, cfgs["w1"])
 	waitDone(t, tl, w1, "joined")
 	eventually(t, "node w1 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "w1", since) })
 	t.Logf("w1 re-imaged: Ready again %s after power-on", time.Since(start).Round(time.Second))
+	checkCredentialRefused(t, tp, seg, pkiDir, old, "once w1 is back with new credentials")
 	checkNodeList(t, seg, writeSite(t, tp), pkiDir, "w1's re-imaging")
 }
 
@@ -128,6 +132,7 @@ func removeAndReimageMaster(t *testing.T, tp cluster.Topology, seg *netns.Net, k
 	checkEtcdVoters(t, tp, seg, cfgs["m1"], []string{"m1"})
 	checkDiscoveryFrom(t, "w1", []cluster.Machine{tp.Machines[0]}, []cluster.Machine{m2.Machine}, kube, image)
 
+	readmit(t, tp, seg, cfgs, pkiDir, "m2")
 	start = time.Now()
 	since := reimage(t, m2, dir, cfgs["m2"])
 	waitDone(t, tl, m2, "joined")

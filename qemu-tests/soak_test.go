@@ -104,9 +104,10 @@ func TestThreeMastersSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeRunningWorker(t, tp, kube, w1)
+	readmit(t, moved, r.seg, cfgs, r.pkiDir, "w1")
 	start = time.Now()
 	w1.Role = "master"
-	since := reimage(t, w1, r.dir, withCPUReport(t, cfgs["w1"]))
+	since := reimage(t, w1, r.dir, cfgs["w1"])
 	waitDone(t, r.tl, w1, "joined")
 	eventually(t, "node w1 Ready as a master", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "w1", since) })
 	t.Logf("w1 re-imaged with a master config: joined and Ready %s after power-on", time.Since(start).Round(time.Second))
@@ -126,8 +127,9 @@ func TestThreeMastersSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readmit(t, final, r.seg, finalCfgs, r.pkiDir, "m3")
 	start = time.Now()
-	since = reimage(t, m3, r.dir, withCPUReport(t, finalCfgs["m3"]))
+	since = reimage(t, m3, r.dir, finalCfgs["m3"])
 	waitDone(t, r.tl, m3, "joined")
 	eventually(t, "node m3 Ready again", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m3", since) })
 	t.Logf("m3 re-imaged: joined and Ready %s after power-on", time.Since(start).Round(time.Second))

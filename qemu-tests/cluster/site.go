@@ -244,7 +244,7 @@ type Machine struct {
 	// DHCP leaves the address out of the site: the machine gets Addr
 	// from the segment's DHCP server, and its kubelet asks the cluster
 	// for its serving certificate.
-	DHCP bool
+	DHCP            bool
 	CPUs, MemoryMiB int
 	After           string            // the machine whose role must be done before this one powers on; "" powers on first
 	Labels          map[string]string // its site labels

@@ -41,12 +41,21 @@ func (c *clusterRun) timeLifecycle(ctx context.Context) error {
 		}
 		rows = append(rows, ratioRow(fmt.Sprintf("**remove**: `kiln node remove %s` (a running %s) start to exit, Node gone", name, n.Role),
 			took, c.floor, 0, "the command inside the namespace: drain, etcd member, the node's answer, the Node deleted"))
+		// A removed node comes back only with new credentials.
+		cfg, log, err := cluster.Readmit(abs(c.o.kiln), site, c.pkiDir, name, func(name string, args ...string) ([]byte, error) {
+			return c.seg.Command(ctx, name, args...).CombinedOutput()
+		})
+		clusterLog("%s", strings.TrimSpace(log))
+		if err != nil {
+			return err
+		}
+		c.cfgs[name] = cfg
 		ready, err := c.reimage(ctx, n)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, ratioRow(fmt.Sprintf("**re-image** %s: power-on with a blank state disk to its Node Ready", name),
-			ready, c.floor, 0, "its config as at first boot"))
+			ready, c.floor, 0, "its config with new credentials (kiln pki renew --node, kiln node admit)"))
 		c.r.addTimeline("cluster", clusterTimeline, stepsRow(fmt.Sprintf("%s (%s): re-imaged", n.Name, n.Role), n.Console()))
 	}
 	c.r.add(clusterTitle, clusterHead, rows...)
