@@ -2,12 +2,6 @@ package qemutests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kiln-project/kiln/internal/certtest"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/netns"
@@ -84,7 +78,11 @@ func checkCredentialRefused(t *testing.T, tp cluster.Topology, seg *netns.Net, p
 	}
 	name := c.name
 	eventually(t, name+"'s old kubelet credential refused "+when, 5*time.Minute, func() error {
-		_, err := kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), clientRequest(t, name),
+		csr, err := certtest.NodeRequest(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr,
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case err == nil:
@@ -96,27 +94,4 @@ func checkCredentialRefused(t *testing.T, tp cluster.Topology, seg *netns.Net, p
 			return err
 		}
 	})
-}
-
-// clientRequest is a kubelet client certificate request for node name,
-// as the kubelet makes it.
-func clientRequest(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "kiln-test-"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{
-			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
-			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-		},
-	}
 }

@@ -2,13 +2,6 @@ package role
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kiln-project/kiln/internal/certtest"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -52,9 +46,9 @@ func TestServingCertApprovalOnARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good := servingRequest(t, cp, "w7", "10.9.0.7", certificatesv1.KubeletServingSignerName)
-	stolen := servingRequest(t, cp, "w7", "10.9.0.8", certificatesv1.KubeletServingSignerName)
-	client := servingRequest(t, cp, "w7", "", certificatesv1.KubeAPIServerClientKubeletSignerName)
+	good := servingRequest(t, cp, "w7", "10.9.0.7")
+	stolen := servingRequest(t, cp, "w7", "10.9.0.8")
+	client := servingRequest(t, cp, "w7", "")
 
 	anchor := impersonated(t, cp, "system:serviceaccount:kube-system:"+manifests.MastersAnchor)
 	var log []string
@@ -91,33 +85,22 @@ func TestServingCertApprovalOnARealAPIServer(t *testing.T) {
 	}
 }
 
-// servingRequest creates, as node name's kubelet, a request to signer
-// for its name and ip (none when ip is ""), and returns its name.
-func servingRequest(t *testing.T, cp *realControlPlane, name, ip, signer string) string {
+// servingRequest creates, as node name's kubelet, a request for its
+// serving certificate for ip (its client certificate when ip is ""), and
+// returns its name.
+func servingRequest(t *testing.T, cp *realControlPlane, name, ip string) string {
 	t.Helper()
-	user := "system:node:" + name
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: user, Organization: []string{"system:nodes"}}}
-	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+	var ips []string
 	if ip != "" {
-		tmpl.DNSNames, tmpl.IPAddresses = []string{name}, []net.IP{net.ParseIP(ip)}
-		usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+		ips = []string{ip}
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, err := certtest.NodeRequest(name, ips...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := impersonated(t, cp, user, "system:nodes", "system:authenticated")
-	csr, err := kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "csr-"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer, Usages: usages,
-			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("%s creating a request to %s: %v", user, signer, err)
+	kube := impersonated(t, cp, "system:node:"+name, "system:nodes", "system:authenticated")
+	if csr, err = kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("%s creating a request to %s: %v", name, csr.Spec.SignerName, err)
 	}
 	return csr.Name
 }
