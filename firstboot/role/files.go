@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kiln-project/kiln/contract/discovery"
 	"github.com/kiln-project/kiln/contract/nodefile"
@@ -26,6 +28,9 @@ type nodeFiles struct {
 	sys   command.Runner
 	local nodeLocal
 	cni   *podNetwork
+	// routeSource is the local address that reaches a master, a DHCP
+	// node's kubelet address (nil: the kernel's choice, routeSource).
+	routeSource func(dst netip.Addr) (netip.Addr, error)
 }
 
 // startNode writes the node's files (kubelet config and environment,
@@ -43,8 +48,16 @@ func (f nodeFiles) startNode(ctx context.Context, p manifests.Params, hold []str
 		name, ok := staticPodName(f)
 		return ok && slices.Contains(hold, name)
 	})
+	source := f.routeSource
+	if source == nil {
+		source = routeSource
+	}
+	ip, err := kubeletIP(ctx, f.env.file, source, 2*time.Minute)
+	if err != nil {
+		return err
+	}
 	files = append(files,
-		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(kubeletEnv(f.env.file))},
+		manifests.File{Path: "/etc/kiln/kubelet.env", Content: []byte(kubeletEnv(f.env.file, ip))},
 		manifests.File{Path: "/etc/resolv.conf", Content: []byte(hostResolvConf)},
 	)
 	for _, file := range files {

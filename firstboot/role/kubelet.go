@@ -1,22 +1,28 @@
 package role
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/nodelabels"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 )
 
-// kubeletEnv is, from the node file, the kubelet's per-node arguments: its address and name,
+// kubeletEnv is, from the node file, the kubelet's per-node arguments: its address (ip) and name,
 // the site's labels a kubelet may set on itself, and the site's taints,
 // registered with the Node so no pod lands before them, and the flags
 // of the site's timing profile.
-func kubeletEnv(f *nodefile.NodeFile) string {
-	args := []string{"--node-ip=" + f.Address, "--hostname-override=" + f.Name}
+func kubeletEnv(f *nodefile.NodeFile, ip string) string {
+	args := []string{"--node-ip=" + ip, "--hostname-override=" + f.Name}
 	labels := []string{manifests.RoleLabel + "=" + f.Role}
 	for _, k := range slices.Sorted(maps.Keys(f.Labels)) {
 		if nodelabels.KubeletMaySet(k) {
@@ -44,4 +50,45 @@ func restrictedLabels(f *nodefile.NodeFile) map[string]string {
 		}
 	}
 	return out
+}
+
+// kubeletIP is the address the kubelet registers: the site's for a
+// static node; for a DHCP node, the one this machine reaches the first
+// master from, waited for within bound while no route leads there yet.
+// The kubelet's own guess needs a default route or a hostname that
+// resolves, which a segment may not give, and on a machine with several
+// interfaces it takes the default route's, not the one the cluster uses.
+func kubeletIP(ctx context.Context, f *nodefile.NodeFile, source func(dst netip.Addr) (netip.Addr, error), bound time.Duration) (string, error) {
+	if f.Address != "" {
+		return f.Address, nil
+	}
+	if len(f.Masters) == 0 {
+		return "", errors.New("a DHCP node's kubelet address: the node file lists no master to reach")
+	}
+	m := f.Masters[0]
+	dst, err := netip.ParseAddr(m.Address)
+	if err != nil {
+		return "", fmt.Errorf("master %s's address %q: %w", m.Name, m.Address, err)
+	}
+	var ip netip.Addr
+	err = retry.WaitEvery(ctx, fmt.Sprintf("a route to master %s (%s), whose source address the kubelet registers", m.Name, dst), bound, 2*time.Second, nil,
+		func(context.Context) error {
+			ip, err = source(dst)
+			return err
+		})
+	if err != nil {
+		return "", err
+	}
+	return ip.String(), nil
+}
+
+// routeSource is the local address the kernel picks to reach dst: a UDP
+// socket's connect sends nothing, it only chooses the route.
+func routeSource(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 6443)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
