@@ -21,10 +21,10 @@ cluster:
   serviceCIDR: 10.96.0.0/12
 `
 	for _, tc := range []struct {
-		name     string
-		yaml     string // cluster.etcdSnapshots, "" for none
-		want     *nodefile.EtcdSnapshots
-		wantErr  string // the field path and the reason
+		name    string
+		yaml    string // cluster.etcdSnapshots, "" for none
+		want    *nodefile.EtcdSnapshots
+		wantErr string // the field path and the reason
 	}{
 		{name: "absent: every hour, keep 24", want: &nodefile.EtcdSnapshots{Every: "1h0m0s", Keep: 24}},
 		{name: "both given", yaml: "{every: 30m, keep: 48}", want: &nodefile.EtcdSnapshots{Every: "30m0s", Keep: 48}},

@@ -36,8 +36,8 @@ type Logf func(format string, args ...any)
 
 // Snapshot is one snapshot written and verified.
 type Snapshot struct {
-	Path     string
-	Size     int64
+	Path string
+	Size int64
 	// Revision is the store's revision the member reported just before
 	// the snapshot, which holds it or a later one (the stream itself
 	// does not say).
@@ -45,7 +45,7 @@ type Snapshot struct {
 	// Version is the storage version etcd gives the snapshot: the etcd
 	// release a restore needs at least.
 	Version string
-	SHA256   string // of the whole file, hex, for the operator to compare copies
+	SHA256  string // of the whole file, hex, for the operator to compare copies
 }
 
 // ErrExists is the refusal of a path that holds a file already: kiln
@@ -55,7 +55,6 @@ var ErrExists = errors.New("etcdsnapshot: the file exists")
 // tempPattern names a snapshot being written; only a scheduled
 // directory's own stale ones are ever removed (staleTemp).
 const tempPattern = ".etcd-snapshot-*.part"
-
 
 func refuseExisting(path string) error {
 	if _, err := os.Lstat(path); err == nil {
