@@ -45,11 +45,14 @@ unit: deps
 # Host integration tests that need the component binaries make image built:
 # the add-ons applied to a real etcd + kube-apiserver started on the host,
 # a kubelet client certificate renewed through a real controller-manager,
-# the quorum check of the ordered control-plane start on a real etcd, and
-# a containerd seed made, planted and read by the image's real containerd.
+# the quorum check of the ordered control-plane start on a real etcd,
+# a containerd seed made, planted and read by the image's real containerd,
+# and snapshots of a real etcd taken, verified and pruned.
 integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer' ./firstboot/role/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./builder/imageseed/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/
 
 # The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
 # across nodes, a whole-cluster power cut) and the genesis join run first,

@@ -49,6 +49,9 @@ const (
 	StateConfigHashPath = StateConfigPath + ".sha512"
 	// StatusPath is the agent's status; kiln firstboot --help names it.
 	StatusPath = RunDir + "/status.json"
+	// EtcdSnapshotDir holds a master's scheduled etcd snapshots, on the
+	// state partition beside etcd's data (docs/operations.md).
+	EtcdSnapshotDir = VarDir + "/etcd-snapshots"
 	// FirstBootFlag marks a boot that made the state partition, for the
 	// units of a config that run once (ConditionPathExists=).
 	FirstBootFlag = RunDir + "/first-boot"

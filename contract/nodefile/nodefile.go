@@ -104,6 +104,18 @@ type NodeFile struct {
 	// master's anchor checks a kubelet's serving certificate request
 	// against.
 	SiteNodes map[string]string `json:"siteNodes,omitempty"`
+	// EtcdSnapshots is, in a master's node file, the schedule of its
+	// etcd snapshots; nil when the site turns them off.
+	EtcdSnapshots *EtcdSnapshots `json:"etcdSnapshots,omitempty"`
+}
+
+// EtcdSnapshots is a master's schedule of snapshots of its own etcd
+// member, from the site's cluster.etcdSnapshots.
+type EtcdSnapshots struct {
+	// Every is the interval, as Go formats a duration ("1h0m0s").
+	Every string `json:"every"`
+	// Keep is how many of the newest snapshots stay.
+	Keep int `json:"keep"`
 }
 
 // ServingCertByCSR reports whether the node's kubelet asks the cluster

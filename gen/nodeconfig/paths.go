@@ -49,6 +49,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 	if n.IsMaster() {
 		f.WorkerLabels = workerLabels(s)
 		f.SiteNodes = siteNodes(s)
+		f.EtcdSnapshots = c.EtcdSnapshots.Schedule()
 	}
 	return f
 }

@@ -65,6 +65,7 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 	cfg := types.Config{
 		Ignition: types.Ignition{Version: IgnitionSpec},
 		Storage:  types.Storage{Files: files},
+		Systemd:  types.Systemd{Units: snapshotUnits(s, n)},
 	}
 	if len(s.Cluster.SSHAuthorizedKeys) > 0 {
 		u := types.PasswdUser{Name: "root"}

@@ -58,6 +58,8 @@ type Cluster struct {
 	// Registries are the mirrors the nodes pull the workloads' images
 	// from (docs/site.md, registries.go).
 	Registries []Registry `json:"registries,omitempty"`
+	// EtcdSnapshots is the masters' snapshot schedule (etcdsnapshots.go).
+	EtcdSnapshots EtcdSnapshots `json:"etcdSnapshots,omitempty"`
 }
 
 // Certificates sets the lifetimes of what kiln issues, as durations
@@ -164,6 +166,7 @@ func (s *Site) setDefaults() {
 	if c.Timing == "" {
 		c.Timing = DefaultTiming
 	}
+	c.EtcdSnapshots.setDefaults()
 }
 
 // Masters returns the control-plane nodes (genesis first, then masters in

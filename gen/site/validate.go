@@ -117,6 +117,7 @@ func (s *Site) validateCluster(l *validation.List) []network {
 	if !contains(Timings, c.Timing) {
 		l.Addf(p.Field("timing").String(), "unknown timing profile %q: must be %s (see docs/timing.md)", c.Timing, strings.Join(Timings, " or "))
 	}
+	c.EtcdSnapshots.validate(l, p.Field("etcdSnapshots"))
 	return nets
 }
 

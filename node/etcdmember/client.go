@@ -170,6 +170,11 @@ func (e *Client) Quorum(ctx context.Context) error {
 	return err
 }
 
+// Maintenance is the client's maintenance API (snapshots, status), whose
+// calls are the caller's to bound: a snapshot streams for as long as the
+// database takes.
+func (e *Client) Maintenance() clientv3.Maintenance { return e.c.Maintenance }
+
 // Close ends the client's connections.
 func (e *Client) Close() error { return e.c.Close() }
 

@@ -2,6 +2,7 @@ package nodeops
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -175,6 +176,20 @@ func connectMaster(ctx context.Context, s *site.Site, kc *clientcmdapi.Config, m
 // certificate from the PKI. It connects lazily: a member that does not
 // answer shows in the first call.
 func ConnectEtcd(s *site.Site, st pki.Store, avoid string) (*etcdmember.Client, error) {
+	cfg, err := EtcdTLS(st)
+	if err != nil {
+		return nil, err
+	}
+	var eps []string
+	for _, m := range byPreference(s, avoid) {
+		eps = append(eps, etcdmember.ClientURL(m.IP().String()))
+	}
+	return etcdmember.Dial(eps, cfg)
+}
+
+// EtcdTLS is the client side of the operator's etcd connections: the
+// etcd CA and the apiserver's etcd client certificate from the PKI.
+func EtcdTLS(st pki.Store) (*tls.Config, error) {
 	p, err := st.Pair(EtcdClientStem)
 	if err != nil {
 		return nil, fmt.Errorf("the etcd client certificate: %w", err)
@@ -187,11 +202,7 @@ func ConnectEtcd(s *site.Site, st pki.Store, avoid string) (*etcdmember.Client, 
 	if err != nil {
 		return nil, fmt.Errorf("the PKI in %s: %w", st.Dir, err)
 	}
-	var eps []string
-	for _, m := range byPreference(s, avoid) {
-		eps = append(eps, etcdmember.ClientURL(m.IP().String()))
-	}
-	return etcdmember.Dial(eps, cfg)
+	return cfg, nil
 }
 
 // CertExpiry is when the first of node n's own certificates in the PKI
