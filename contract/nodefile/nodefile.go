@@ -104,6 +104,20 @@ type NodeFile struct {
 	// master's anchor checks a kubelet's serving certificate request
 	// against.
 	SiteNodes map[string]string `json:"siteNodes,omitempty"`
+	// Restore is, in a genesis node file, the etcd snapshot the node
+	// bootstraps its cluster from instead of from nothing.
+	Restore *Restore `json:"restore,omitempty"`
+}
+
+// Restore names the snapshot a genesis node restores etcd from: the
+// file its config writes (contract/etcdsnapshot.Path) and that file's
+// SHA-256, which the node checks again before it restores.
+type Restore struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	// AllowUnknownCluster restores a snapshot that names no cluster (one
+	// taken before kiln recorded the cluster's identity in it).
+	AllowUnknownCluster bool `json:"allowUnknownCluster,omitempty"`
 }
 
 // ServingCertByCSR reports whether the node's kubelet asks the cluster

@@ -50,6 +50,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 		f.WorkerLabels = workerLabels(s)
 		f.SiteNodes = siteNodes(s)
 	}
+	f.Restore = restoreOf(s, n)
 	return f
 }
 

@@ -58,6 +58,9 @@ type Cluster struct {
 	// Registries are the mirrors the nodes pull the workloads' images
 	// from (docs/site.md, registries.go).
 	Registries []Registry `json:"registries,omitempty"`
+	// RestoreFrom is the etcd snapshot the genesis node bootstraps the
+	// cluster from instead of from nothing (restore.go).
+	RestoreFrom *RestoreFrom `json:"restoreFrom,omitempty"`
 }
 
 // Certificates sets the lifetimes of what kiln issues, as durations
