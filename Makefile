@@ -45,10 +45,11 @@ unit: deps
 # Host integration tests that need the component binaries make image built:
 # the add-ons applied to a real etcd + kube-apiserver started on the host,
 # a kubelet client certificate renewed through a real controller-manager,
-# the quorum check of the ordered control-plane start on a real etcd, and
+# the quorum check of the ordered control-plane start on a real etcd, a
+# snapshot restored and started on a real etcd and apiserver, and
 # a containerd seed made, planted and read by the image's real containerd.
 integration: image
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer' ./firstboot/role/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer|TestRestoreOnARealEtcd' ./firstboot/role/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./builder/imageseed/
 
 # The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
