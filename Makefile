@@ -47,9 +47,10 @@ unit: deps
 # a kubelet client certificate renewed through a real controller-manager,
 # the quorum check of the ordered control-plane start on a real etcd,
 # a containerd seed made, planted and read by the image's real containerd,
-# and snapshots of a real etcd taken, verified and pruned.
+# snapshots of a real etcd taken, verified and pruned, and a snapshot
+# restored and started on a real etcd and apiserver.
 integration: image
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer' ./firstboot/role/
+	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer|TestRestoreOnARealEtcd' ./firstboot/role/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./builder/imageseed/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/

@@ -107,6 +107,9 @@ type NodeFile struct {
 	// EtcdSnapshots is, in a master's node file, the schedule of its
 	// etcd snapshots; nil when the site turns them off.
 	EtcdSnapshots *EtcdSnapshots `json:"etcdSnapshots,omitempty"`
+	// Restore is, in a genesis node file, the etcd snapshot the node
+	// bootstraps its cluster from instead of from nothing.
+	Restore *Restore `json:"restore,omitempty"`
 }
 
 // EtcdSnapshots is a master's schedule of snapshots of its own etcd
@@ -116,6 +119,17 @@ type EtcdSnapshots struct {
 	Every string `json:"every"`
 	// Keep is how many of the newest snapshots stay.
 	Keep int `json:"keep"`
+}
+
+// Restore names the snapshot a genesis node restores etcd from: the
+// file its config writes (contract/etcdsnapshot.Path) and that file's
+// SHA-256, which the node checks again before it restores.
+type Restore struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	// AllowUnknownCluster restores a snapshot that names no cluster (one
+	// taken before kiln recorded the cluster's identity in it).
+	AllowUnknownCluster bool `json:"allowUnknownCluster,omitempty"`
 }
 
 // ServingCertByCSR reports whether the node's kubelet asks the cluster

@@ -34,10 +34,11 @@ import (
 // static-pod flags, on free ports. Runs with KILN_INTEGRATION=1 after
 // make image filled the cache.
 type realControlPlane struct {
-	root    string
-	node    *Node
-	bins    map[string]string
-	apiPort int
+	root     string
+	node     *Node
+	bins     map[string]string
+	etcdPort int
+	apiPort  int
 	// serverName is the name the apiserver's certificate is checked for.
 	serverName string
 	cluster    *cluster
@@ -58,13 +59,23 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 	}
 	n.file, n.cat = loaded.file, loaded.cat
 	bins := componentBinaries(t)
-	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdPort, peerPort := freePort(t), freePort(t)
 	pki := func(f string) string { return filepath.Join(root, nodefile.PKIDir, f) }
 	start(t, "etcd", bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort), "--advertise-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
 		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"), "--trusted-ca-file", pki("etcd/ca.crt"), "--client-cert-auth")
+	apiPort, rc, c := startRealAPIServer(t, root, n, bins, etcdPort)
+	return &realControlPlane{root: root, node: n, bins: bins, etcdPort: etcdPort, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c, config: rc}
+}
+
+// startRealAPIServer starts the apiserver as its static pod runs it,
+// on the test's ports and paths, on the etcd at etcdPort, and waits
+// until it is ready.
+func startRealAPIServer(t *testing.T, root string, n *Node, bins map[string]string, etcdPort int) (int, *rest.Config, *cluster) {
+	t.Helper()
+	apiPort := freePort(t)
 	// The apiserver as its static pod runs it, on the test's ports and paths.
 	params := n.units().env.params(etcdmember.Genesis("g1", n.file.Address))
 	writeAPIServerConfig(t, root, params)
@@ -86,7 +97,7 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 	if err := retry.Wait(context.Background(), "apiserver ready", 3*time.Minute, t.Logf, ready); err != nil {
 		t.Fatal(err)
 	}
-	return &realControlPlane{root: root, node: n, bins: bins, apiPort: apiPort, serverName: rc.TLSClientConfig.ServerName, cluster: c, config: rc}
+	return apiPort, rc, c
 }
 
 // hostArgs turns a static pod's flags into the host's: node paths under

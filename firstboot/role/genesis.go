@@ -58,6 +58,9 @@ func (n *Node) genesisPhases() []phase {
 	notBootstrapped := func() bool { return !u.env.stamped("genesis/bootstrap") }
 	return []phase{
 		{Name: "cluster-absent", RunIf: notBootstrapped, Run: u.survey.requireNoCluster},
+		// A lost cluster's snapshot is restored once no other master can
+		// hold a cluster, and before etcd first starts (restore.go).
+		{Name: "restore", RunIf: u.env.restoring, Run: u.plane.restoreEtcd},
 		{Name: "start", Run: u.plane.start},
 		// The pod CIDR is claimed as soon as the apiserver serves and the
 		// kubelet has registered, before the apiserver's post-start hooks
@@ -68,6 +71,7 @@ func (n *Node) genesisPhases() []phase {
 		{Name: "apiserver", Run: u.plane.waitGenesisAPIServer},
 		{Name: "controllers", Once: true, Run: u.plane.startControllers},
 		{Name: "bootstrap", Once: true, Run: u.plane.recordBootstrapped},
+		{Name: "identity", Once: true, Run: u.plane.recordIdentity},
 		{Name: "add-ons", Once: true, Run: u.master.applyAddOns},
 		{Name: "label", Once: true, Run: u.master.labelSelf},
 		{Name: "node-ready", Run: u.master.waitSelfReady},

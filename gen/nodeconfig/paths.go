@@ -51,6 +51,7 @@ func nodeFile(s *site.Site, n site.Node) nodefile.NodeFile {
 		f.SiteNodes = siteNodes(s)
 		f.EtcdSnapshots = c.EtcdSnapshots.Schedule()
 	}
+	f.Restore = restoreOf(s, n)
 	return f
 }
 

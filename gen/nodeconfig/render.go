@@ -60,6 +60,11 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 		}
 		add(KubeconfigDir+"/"+k.name, data)
 	}
+	if f, ok, err := restoreFile(s, n); err != nil {
+		return nil, fmt.Errorf("node %s: the etcd snapshot to restore: %w", n.Name, err)
+	} else if ok {
+		files = append(files, f)
+	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 
 	cfg := types.Config{

@@ -60,6 +60,9 @@ type Cluster struct {
 	Registries []Registry `json:"registries,omitempty"`
 	// EtcdSnapshots is the masters' snapshot schedule (etcdsnapshots.go).
 	EtcdSnapshots EtcdSnapshots `json:"etcdSnapshots,omitempty"`
+	// RestoreFrom is the etcd snapshot the genesis node bootstraps the
+	// cluster from instead of from nothing (restore.go).
+	RestoreFrom *RestoreFrom `json:"restoreFrom,omitempty"`
 }
 
 // Certificates sets the lifetimes of what kiln issues, as durations

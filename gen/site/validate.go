@@ -114,6 +114,7 @@ func (s *Site) validateCluster(l *validation.List) []network {
 	}
 	s.validateLifetimes(l, p.Field("certificates"))
 	s.validateRegistries(l, p.Field("registries"))
+	s.validateRestoreFrom(l, p.Field("restoreFrom"))
 	if !contains(Timings, c.Timing) {
 		l.Addf(p.Field("timing").String(), "unknown timing profile %q: must be %s (see docs/timing.md)", c.Timing, strings.Join(Timings, " or "))
 	}
