@@ -1,8 +1,11 @@
 // Package firstboot is the kiln node agent: on every boot it finds the
 // node's Ignition config, validates it, makes sure the state partition
-// exists and is mounted, stores the config there and applies it. It ends
-// with exactly one console line: "kiln-firstboot: done source=<name>" or
-// "kiln-firstboot: error: <reason>".
+// exists and is mounted, stores the config there and applies it. A
+// config that replaces the stored one is a config change (change.go). It
+// ends with exactly one console line: "kiln-firstboot: done
+// source=<name>" (followed by " fell-back-from=<hash>" when the config
+// failed and the previous one was applied) or "kiln-firstboot: error:
+// <reason>".
 package firstboot
 
 import (
