@@ -1,8 +1,11 @@
 // Package firstboot is the kiln node agent: on every boot it finds the
 // node's Ignition config, validates it, makes sure the state partition
-// exists and is mounted, stores the config there and applies it. It ends
-// with exactly one console line: "kiln-firstboot: done source=<name>" or
-// "kiln-firstboot: error: <reason>".
+// exists and is mounted, stores the config there and applies it. A
+// config that replaces the stored one is a config change (change.go). It
+// ends with exactly one console line: "kiln-firstboot: done
+// source=<name>" (followed by " fell-back-from=<hash>" when the config
+// failed and the previous one was applied) or "kiln-firstboot: error:
+// <reason>".
 package firstboot
 
 import (
@@ -83,6 +86,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.status.State = "done"
 	a.writeStatus()
+	if fb := a.status.FellBack; fb != nil {
+		a.console("done source=%s fell-back-from=%s", a.status.Source, fb.Failed)
+		return nil
+	}
 	a.console("done source=%s", a.status.Source)
 	return nil
 }
@@ -103,16 +110,45 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	a.status.Source = name
-	plan, err := a.validate(ctx, raw)
+	prev, err := a.previousConfig(haveState, name, raw)
 	if err != nil {
 		return err
 	}
+	cfg, err := a.parse(raw, "config from "+name)
+	if err != nil {
+		if prev != nil {
+			err = fmt.Errorf("%w; config %s names no config to fall back to, so the previous config %s is not used either", err, ignition.Hash(raw), prev.hash)
+		}
+		return fmt.Errorf("%w; nothing was changed", err)
+	}
+	v, err := a.check(ctx, cfg, name, prev)
+	if err != nil {
+		return a.fallBack(ctx, cfg, raw, prev, err, true)
+	}
 	if !haveState {
-		if haveState, err = a.createState(ctx, st, plan.cfg); err != nil {
+		if haveState, err = a.createState(ctx, st, v.cfg); err != nil {
 			return err
 		}
 	}
-	return a.apply(ctx, plan, haveState, name, raw)
+	a.noteResumed()
+	err = a.apply(ctx, v, haveState, name, raw, prev)
+	var failed *applyError
+	if errors.As(err, &failed) {
+		return a.fallBack(ctx, cfg, raw, prev, err, false)
+	}
+	return err
+}
+
+// check readies a config that parsed: a change of the stored config
+// must keep the node's identity, and every content must resolve and
+// fit the node. Nothing is written before this passes.
+func (a *Agent) check(ctx context.Context, cfg ignitionConfig, name string, prev *previous) (*validated, error) {
+	if prev != nil && prev.stored() {
+		if err := a.checkIdentity(ctx, cfg, prev); err != nil {
+			return nil, err
+		}
+	}
+	return a.resolve(ctx, cfg, "config from "+name)
 }
 
 // openState mounts an existing state partition when it is this
@@ -151,9 +187,18 @@ type validated struct {
 	plan *ignite.Plan
 }
 
-// validate parses the config, prints its report when it is broken, and
-// resolves every content: nothing is written before this passes.
-func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
+// validate parses a config and readies it (resolve); what names it in
+// errors ("config from url").
+func (a *Agent) validate(ctx context.Context, raw []byte, what string) (*validated, error) {
+	cfg, err := a.parse(raw, what)
+	if err != nil {
+		return nil, err
+	}
+	return a.resolve(ctx, cfg, what)
+}
+
+// parse parses a config and prints its report when it is broken.
+func (a *Agent) parse(raw []byte, what string) (ignitionConfig, error) {
 	cfg, report, err := ignition.Parse(raw)
 	var inv *ignition.InvalidError
 	if errors.As(err, &inv) {
@@ -161,22 +206,33 @@ func (a *Agent) validate(ctx context.Context, raw []byte) (*validated, error) {
 		for _, line := range inv.Report {
 			a.console("config: %s", line)
 		}
-		return nil, fmt.Errorf("invalid config from %s: %v; nothing was changed", a.status.Source, inv.Err)
+		return cfg, fmt.Errorf("invalid %s: %v", what, inv.Err)
 	}
 	if err != nil {
-		return nil, err
+		return cfg, fmt.Errorf("%s: %w", what, err)
 	}
 	for _, w := range report {
 		a.logf("config: %s", w)
 	}
-	plan, err := ignite.NewPlan(ctx, cfg, ignite.Sources{Fetcher: a.fetcher, AllowUnverified: a.settings.AllowUnverifiedConfig})
+	return cfg, nil
+}
+
+// resolve resolves every content of a parsed config and checks the plan
+// against the node.
+func (a *Agent) resolve(ctx context.Context, cfg ignitionConfig, what string) (*validated, error) {
+	plan, err := ignite.NewPlan(ctx, cfg, a.sources())
 	if err != nil {
-		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := a.applier().Check(plan); err != nil {
-		return nil, fmt.Errorf("config from %s: %w; nothing was changed", a.status.Source, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return &validated{cfg: cfg, plan: plan}, nil
+}
+
+// sources is where a config's remote contents come from.
+func (a *Agent) sources() ignite.Sources {
+	return ignite.Sources{Fetcher: a.fetcher, AllowUnverified: a.settings.AllowUnverifiedConfig}
 }
 
 // createState makes the state partition on first boot. A diskless node
@@ -209,16 +265,22 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	return true, nil
 }
 
-// apply stores the config, then applies it between an in-progress stamp
-// and its removal, so a boot that dies half way is visible on the next.
-func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name string, raw []byte) error {
-	stamp := filepath.Join(a.Root, inProgressPath)
-	if old, err := os.ReadFile(stamp); err == nil {
+// noteResumed says when the previous boot died while applying.
+func (a *Agent) noteResumed() {
+	if old, err := os.ReadFile(filepath.Join(a.Root, inProgressPath)); err == nil {
 		a.status.Resumed = true
 		a.step("the previous boot did not finish applying its config (%s); applying again", strings.TrimSpace(string(old)))
 	}
+}
+
+// apply stores the config (keeping the one it replaces, prev), then
+// applies it between an in-progress stamp and its removal, so a boot
+// that dies half way is visible on the next. The applier's failure is
+// an *applyError.
+func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name string, raw []byte, prev *previous) error {
+	stamp := filepath.Join(a.Root, inProgressPath)
 	if haveState {
-		if err := a.store(name, raw); err != nil {
+		if err := a.store(name, raw, prev); err != nil {
 			return err
 		}
 	}
@@ -226,7 +288,7 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 		return err
 	}
 	if err := a.applier().Apply(ctx, v.plan); err != nil {
-		return err
+		return &applyError{err}
 	}
 	a.step("config applied")
 	a.reports.setName(appliedName(a.Root))
@@ -244,13 +306,19 @@ func (a *Agent) apply(ctx context.Context, v *validated, haveState bool, name st
 
 // store keeps the config on the state partition with its hash beside it
 // (the config first: a power cut between the two leaves a hash that does
-// not match, which a pinned boot does not rely on). A stored config that
-// is applied again gets its hash recorded when it has none (an earlier
-// kiln stored it) or a stale one.
-func (a *Agent) store(name string, raw []byte) error {
+// not match, which a pinned boot does not rely on), after keeping the
+// stored config it replaces (prev) as config.ign.prev. A stored config
+// that is applied again gets its hash recorded when it has none (an
+// earlier kiln stored it) or a stale one.
+func (a *Agent) store(name string, raw []byte, prev *previous) error {
 	hash := ignition.Hash(raw)
 	hashPath := filepath.Join(a.Root, source.StateHashPath)
 	if name != source.State {
+		if prev != nil && prev.stored() {
+			if err := a.keep(prev); err != nil {
+				return err
+			}
+		}
 		if err := atomicfile.WriteFile(filepath.Join(a.Root, source.StateConfigPath), raw, 0o600, nil); err != nil {
 			return fmt.Errorf("storing the config on the state partition: %w", err)
 		}

@@ -16,6 +16,16 @@ type Status struct {
 	Report       []string    `json:"report,omitempty"`
 	Steps        []string    `json:"steps,omitempty"`
 	Role         *RoleStatus `json:"role,omitempty"`
+	// FellBack is set when this boot's config failed and the node
+	// applied the previous config, which the failed one names.
+	FellBack *FellBack `json:"fellBack,omitempty"`
+}
+
+// FellBack says which config failed, why, and which one the node runs.
+type FellBack struct {
+	Failed  string `json:"failed"`  // sha512-<hex> of the config that failed
+	Reason  string `json:"reason"`  // its failure
+	Applied string `json:"applied"` // sha512-<hex> of the previous config, applied instead
 }
 
 // RoleStatus is the role step's part of the status (kiln-role.service).
@@ -39,6 +49,9 @@ func (a *Agent) writeStatus() {
 	phase := "firstboot: " + a.status.State
 	if a.status.Error != "" {
 		phase += ": " + oneLine(a.status.Error)
+	}
+	if fb := a.status.FellBack; fb != nil && a.status.State == "done" {
+		phase += ": fell back to the previous config " + fb.Applied + " (" + fb.Failed + " failed: " + fb.Reason + ")"
 	}
 	a.reports.report(phase)
 }

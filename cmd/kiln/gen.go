@@ -82,6 +82,9 @@ or embedded in the image (see docs/site.md).`,
 			}
 			for _, n := range res.Nodes {
 				fmt.Fprintf(w, "wrote %s %s=%s\n", n.Path, source.HashArg, n.Hash)
+				if n.Replaced != "" {
+					fmt.Fprintf(w, "  changed: it replaces %s, which the node may fall back to\n", n.Replaced)
+				}
 			}
 			return nil
 		},

@@ -47,6 +47,11 @@ const (
 	// for the operator to read. It sits on the same partition as the
 	// config, so a pinned boot hashes the config itself instead.
 	StateConfigHashPath = StateConfigPath + ".sha512"
+	// PrevConfigPath is the config a changed config replaced, kept with
+	// its hash for the fallback a new config may name
+	// (nodefile.NodeFile.FallbackConfigs).
+	PrevConfigPath     = StateConfigPath + ".prev"
+	PrevConfigHashPath = PrevConfigPath + ".sha512"
 	// StatusPath is the agent's status; kiln firstboot --help names it.
 	StatusPath = RunDir + "/status.json"
 	// EtcdSnapshotDir holds a master's scheduled etcd snapshots, on the

@@ -110,6 +110,12 @@ type NodeFile struct {
 	// Restore is, in a genesis node file, the etcd snapshot the node
 	// bootstraps its cluster from instead of from nothing.
 	Restore *Restore `json:"restore,omitempty"`
+	// FallbackConfigs are the hashes (sha512-<hex>) of the configs kiln
+	// gen rendered for this node before this one, newest first: the
+	// configs the node may go back to when this one fails to apply on
+	// it. The node takes the list only from the config it is applying,
+	// never from its state partition.
+	FallbackConfigs []string `json:"fallbackConfigs,omitempty"`
 }
 
 // EtcdSnapshots is a master's schedule of snapshots of its own etcd
@@ -131,6 +137,10 @@ type Restore struct {
 	// taken before kiln recorded the cluster's identity in it).
 	AllowUnknownCluster bool `json:"allowUnknownCluster,omitempty"`
 }
+
+// MaxFallbackConfigs is how many earlier configs kiln gen keeps in
+// FallbackConfigs.
+const MaxFallbackConfigs = 2
 
 // ServingCertByCSR reports whether the node's kubelet asks the cluster
 // for its serving certificate: a DHCP node's address is not known when
@@ -175,17 +185,53 @@ func Read(path string) (*NodeFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the node file: %w", err)
 	}
-	var f NodeFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := Parse(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return f, nil
+}
+
+// Parse decodes and checks a node file's contents.
+func Parse(data []byte) (*NodeFile, error) {
+	var f NodeFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
 	if f.APIVersion != APIVersion || f.Kind != Kind {
-		return nil, fmt.Errorf("%s: apiVersion/kind %s/%s, want %s/%s", path, f.APIVersion, f.Kind, APIVersion, Kind)
+		return nil, fmt.Errorf("apiVersion/kind %s/%s, want %s/%s", f.APIVersion, f.Kind, APIVersion, Kind)
 	}
 	if f.Name == "" || f.Role == "" {
-		return nil, fmt.Errorf("%s: name and role are required", path)
+		return nil, fmt.Errorf("name and role are required")
 	}
 	return &f, nil
+}
+
+// IdentityChanges lists what from was and to is of the node's identity,
+// the fields a config change may not change on a node that runs
+// ("role: worker -> master"), in a fixed order; nil when they agree.
+// The role is compared as it is written: a genesis node's file says
+// genesis on every boot, also once it has come back as a master.
+func IdentityChanges(from, to *NodeFile) []string {
+	var out []string
+	for _, f := range []struct{ path, from, to string }{
+		{"name", from.Name, to.Name},
+		{"role", from.Role, to.Role},
+		{"address", from.Address, to.Address},
+		{"cluster.name", from.Cluster.Name, to.Cluster.Name},
+	} {
+		if f.from != f.to {
+			out = append(out, fmt.Sprintf("%s: %s -> %s", f.path, orNone(f.from), orNone(f.to)))
+		}
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 // ControlPlaneLabels mark a Node as a master, which draws the control

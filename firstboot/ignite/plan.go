@@ -114,3 +114,27 @@ func mode(m *int, def os.FileMode) os.FileMode {
 	}
 	return os.FileMode(*m) & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
 }
+
+// FileContents resolves, as NewPlan does, the contents of the file cfg
+// writes at path and nothing else: what the agent reads of a config
+// before it decides to apply it (its node file). ok is false when cfg
+// writes no file there.
+func FileContents(ctx context.Context, cfg types.Config, path string, src Sources) (data []byte, ok bool, err error) {
+	for i, fl := range cfg.Storage.Files {
+		if filepath.Clean(fl.Path) != path {
+			continue
+		}
+		if data, err = resolve(ctx, src, fl.Contents); err != nil {
+			return nil, true, fmt.Errorf("storage.files[%d] (%s): contents: %w", i, fl.Path, err)
+		}
+		for j, a := range fl.Append {
+			more, err := resolve(ctx, src, a)
+			if err != nil {
+				return nil, true, fmt.Errorf("storage.files[%d] (%s): append[%d]: %w", i, fl.Path, j, err)
+			}
+			data = append(data, more...)
+		}
+		return data, true, nil
+	}
+	return nil, false, nil
+}

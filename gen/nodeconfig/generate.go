@@ -32,6 +32,10 @@ type NodeConfig struct {
 	// Hash is the config's sha512 as the kernel argument
 	// kiln.config.hash= takes it, also written to Path + HashSuffix.
 	Hash string
+	// Replaced is the hash of the different config Path held before,
+	// which this one names to fall back to; "" when there was none or
+	// it is unchanged.
+	Replaced string
 }
 
 // HashSuffix names the file beside each config that holds its hash.
@@ -67,7 +71,9 @@ func writeOperatorKubeconfigs(s *site.Site, st pki.Store, stage string) error {
 // replaced only when it is missing, empty or kiln gen's own output, and
 // never when that would take the PKI, the site file or the current
 // directory with it: anything else is an *outdir.Refusal, before the PKI
-// or out is touched.
+// or out is touched. A node config that replaces a different one in out
+// names the one it replaces in its node file's fallbackConfigs
+// (renderAfter).
 func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	var res Result
 	out = filepath.Clean(out)
@@ -92,11 +98,15 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 	}
 	written := []string{AdminKubeconfig, SuperAdminKubeconfig}
 	for _, n := range s.Nodes {
-		data, err := Render(s, st, n)
+		rel := path.Join(NodesDir, n.Name+".ign")
+		old, err := readOld(filepath.Join(out, rel))
+		if err != nil {
+			return res, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		data, replaced, err := renderAfter(s, st, n, old)
 		if err != nil {
 			return res, err
 		}
-		rel := path.Join(NodesDir, n.Name+".ign")
 		hash := ignition.Hash(data)
 		if err := atomicfile.WriteFile(filepath.Join(stage, rel), data, 0o600, nil); err != nil {
 			return res, err
@@ -105,7 +115,7 @@ func Generate(s *site.Site, st pki.Store, out string) (Result, error) {
 			return res, err
 		}
 		written = append(written, rel, rel+HashSuffix)
-		res.Nodes = append(res.Nodes, NodeConfig{Path: filepath.Join(out, rel), Hash: hash})
+		res.Nodes = append(res.Nodes, NodeConfig{Path: filepath.Join(out, rel), Hash: hash, Replaced: replaced})
 	}
 	if err := writeOperatorKubeconfigs(s, st, stage); err != nil {
 		return res, err

@@ -1,6 +1,7 @@
 package nodeconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/gen/site"
+	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/internal/outdir"
 	"github.com/kiln-project/kiln/internal/treetest"
 )
@@ -162,4 +166,75 @@ func writeTree(t *testing.T, root string, files ...string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A re-run that changes a node's config names the config it replaces,
+// by the hash of its bytes (what the node stored), first in the new
+// config's fallbackConfigs, keeping nodefile.MaxFallbackConfigs; a
+// re-run that changes nothing writes the same bytes.
+func TestChangedConfigNamesTheOneItReplaces(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	out := filepath.Join(t.TempDir(), "site")
+	w2 := filepath.Join(out, NodesDir, "w2.ign")
+	var hashes []string // of w2's config after each run
+	for i, tc := range []struct {
+		name string
+		edit func(*site.Site)
+		want []int // the runs (from 1) whose configs the new one names, newest first
+	}{
+		{"first run", func(*site.Site) {}, nil},
+		{"nothing changed", func(*site.Site) {}, nil},
+		{"a new SSH key", func(s *site.Site) {
+			s.Cluster.SSHAuthorizedKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFq3aGvKsWb6oBbGZ6QUQp2F4JqgKkM6gW+wyyUX+Y5N new@site"}
+		}, []int{2}},
+		{"an NTP server", func(s *site.Site) { s.Cluster.NTPServers = []string{"10.1.1.1"} }, []int{3, 2}},
+		{"another NTP server: the oldest drops out", func(s *site.Site) { s.Cluster.NTPServers = []string{"10.1.1.2"} }, []int{4, 3}},
+	} {
+		tc.edit(s)
+		res, err := Generate(s, st, out)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		data, err := os.ReadFile(w2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, ignition.Hash(data))
+		var want []string
+		for _, run := range tc.want {
+			want = append(want, hashes[run-1])
+		}
+		nf := nodeFileOf(t, data)
+		if !slices.Equal(nf.FallbackConfigs, want) {
+			t.Errorf("%s: fallbackConfigs %q, want %q", tc.name, nf.FallbackConfigs, want)
+		}
+		replaced := ""
+		if want != nil {
+			replaced = want[0]
+		}
+		for _, n := range res.Nodes {
+			if n.Path == w2 && (n.Hash != hashes[i] || n.Replaced != replaced) {
+				t.Errorf("%s: result %+v, want hash %s replacing %q", tc.name, n, hashes[i], replaced)
+			}
+		}
+		if i > 0 && (want == nil) != (hashes[i] == hashes[i-1]) {
+			t.Errorf("%s: the config changed %v, fallbackConfigs %q", tc.name, hashes[i] != hashes[i-1], nf.FallbackConfigs)
+		}
+	}
+}
+
+func nodeFileOf(t *testing.T, data []byte) nodefile.NodeFile {
+	t.Helper()
+	for _, f := range decode(t, data).Storage.Files {
+		if f.Path == NodeFilePath {
+			var nf nodefile.NodeFile
+			if err := json.Unmarshal(contents(t, f), &nf); err != nil {
+				t.Fatal(err)
+			}
+			return nf
+		}
+	}
+	t.Fatal("no node file")
+	return nodefile.NodeFile{}
 }

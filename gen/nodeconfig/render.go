@@ -22,6 +22,12 @@ import (
 // Render returns node n's Ignition config, validated with the same parser
 // the agent uses.
 func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
+	return render(s, st, n, nil)
+}
+
+// render is Render with the configs the node may fall back to in its
+// node file.
+func render(s *site.Site, st pki.Store, n site.Node, fallback []string) ([]byte, error) {
 	var files []types.File
 	add := func(path string, data []byte) {
 		files = append(files, file(path, data, isSecret(path)))
@@ -29,7 +35,9 @@ func Render(s *site.Site, st pki.Store, n site.Node) ([]byte, error) {
 
 	add(HostnamePath, []byte(n.Name+"\n"))
 	add(NetworkPath, networkUnit(s, n))
-	nf, err := json.MarshalIndent(nodeFile(s, n), "", "  ")
+	f := nodeFile(s, n)
+	f.FallbackConfigs = fallback
+	nf, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return nil, err
 	}
