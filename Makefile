@@ -53,7 +53,6 @@ integration: image
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAddOnsApplyToARealAPIServer|TestRBACDefaultsHookIsARealAPIServerCheck|TestKubeletClientCertRotatesOnARealControlPlane|TestServingCertApprovalOnARealAPIServer|TestEtcdQuorumOnARealEtcd|TestRemovedNodeIsDeniedOnARealAPIServer|TestRestoreOnARealEtcd' ./firstboot/role/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSeedOnARealContainerd' ./builder/imageseed/
 	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/
-	KILN_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run 'TestSnapshotsOfARealEtcd' ./node/etcdsnapshot/
 
 # The three-VM cluster scenario (genesis m1, master m2, worker w1, pods
 # across nodes, a whole-cluster power cut) and the genesis join run first,
