@@ -586,9 +586,12 @@ func checksInTurn(t *testing.T, group string, checks ...namedCheck) {
 
 // segment is the scenario's L2: a namespace with a bridge and a tap per
 // machine; it is removed when the test ends, pass or fail.
+var segments atomic.Int32
+
 func segment(t *testing.T) *netns.Net {
 	t.Helper()
-	seg, err := netns.New(fmt.Sprintf("cl%d", os.Getpid()%100000), cluster.BridgeCIDR)
+	// One per test, named apart: scenarios in boot slots run side by side.
+	seg, err := netns.New(fmt.Sprintf("cl%d-%d", os.Getpid()%100000, segments.Add(1)), cluster.BridgeCIDR)
 	if err != nil {
 		t.Fatal(err)
 	}

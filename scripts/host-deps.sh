@@ -13,6 +13,7 @@ pkgs=(
   systemd-container cpio zstd                  # nspawn tests, initramfs tools
   iproute2 iptables                            # kiln-net's real test in a throwaway namespace
   dnsmasq-base                                 # DHCP for the network-boot scenario in a test namespace
+  openssh-client                               # ssh into a test node whose config changed (qemu-tests)
   chromium                                     # ops/serve's status page test in a real headless browser
 )
 

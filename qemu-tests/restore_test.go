@@ -1,0 +1,294 @@
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kiln-project/kiln/internal/ignition"
+	"github.com/kiln-project/kiln/node/clustercheck"
+	"github.com/kiln-project/kiln/qemu-tests/cluster"
+	"github.com/kiln-project/kiln/qemu-tests/netns"
+)
+
+// TestRestoreAndConfigChange is a one-master cluster m1 on the test's
+// segment, its configs made by the real kiln gen, through four boots:
+//
+//  1. m1 bootstraps; ConfigMap before-snapshot is written, `kiln etcd
+//     snapshot` pulls a snapshot from inside the segment, ConfigMap
+//     after-snapshot is written.
+//  2. The cluster is lost (m1 on a blank state disk) and m1 bootstraps
+//     again from a config whose site names the snapshot
+//     (cluster.restoreFrom): before-snapshot is there, after-snapshot is
+//     not, a watch from after-snapshot's resourceVersion gets 410 Gone,
+//     and m1 is Ready.
+//  3. A config change (another SSH key, another NTP server) reaches m1
+//     with its state kept: booted with the new config's URL and hash, m1
+//     takes it; the new key logs in, the old one does not, and timesyncd
+//     has the new server.
+//  4. A broken change (a file whose content does not match its hash,
+//     added to the next config by hand) falls back to the previous
+//     config, which the new one names: m1 says so, and the key of boot 3
+//     still logs in.
+func TestRestoreAndConfigChange(t *testing.T) {
+	parallelBoot(t)
+	defer bodyEnded(t)
+	out := outDir(t)
+	dir := logDir(t, out)
+	seg := segment(t)
+	tl := newBootTimeline(t, dir, "restore and config change")
+	g := newSiteGen(t, seg)
+	keyA, keyB := sshKey(t, g.dir, "a"), sshKey(t, g.dir, "b")
+	ctx := context.Background()
+
+	// 1. A cluster, two writes around a snapshot.
+	cfg := g.gen(t, keyA, "10.77.0.1", "")
+	m1 := &clusterVM{Machine: g.m1}
+	m1.VM = startClusterVM(t, seg, out, dir, g.m1, cfg)
+	waitDone(t, tl, m1, "bootstrapped")
+	kube := g.client(t)
+	eventually(t, "node m1 Ready", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m1", time.Time{}) })
+	createConfigMap(t, kube, "before-snapshot")
+	snap := filepath.Join(g.dir, "backup.db")
+	out1, err := seg.Command(ctx, kilnBinary(t), "etcd", "snapshot", "-f", g.site, "--pki", g.pki, "-o", snap).CombinedOutput()
+	t.Logf("kiln etcd snapshot:\n%s", out1)
+	if err != nil {
+		t.Fatalf("kiln etcd snapshot: %v", err)
+	}
+	after := createConfigMap(t, kube, "after-snapshot")
+
+	// 2. The cluster lost, restored from the snapshot.
+	cfg = g.gen(t, keyA, "10.77.0.1", snap)
+	since := reimage(t, m1, dir, cfg)
+	t.Logf("m1: %s", waitLine(t, m1.VM, `kiln-firstboot: restored etcd from `))
+	waitDone(t, tl, m1, "bootstrapped")
+	eventually(t, "node m1 Ready after the restore", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m1", since) })
+	checkRestored(t, kube, after.ResourceVersion)
+
+	// 3. A config change: another SSH key and NTP server.
+	base := m1.Append
+	pinned := func(cfg []byte) {
+		m1.PowerCut()
+		m1.Ignition = nil
+		m1.Append = base + " ignition.config.url=" + g.url + " kiln.config.hash=" + ignition.Hash(cfg)
+		if err := m1.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changed := g.gen(t, keyB, "10.77.0.9", "")
+	pinned(changed)
+	waitLine(t, m1.VM, `kiln-firstboot: done source=url`)
+	waitDone(t, tl, m1, "restored")
+	checkSSH(t, seg, keyB, "10.77.0.9")
+	if out, err := sshRun(seg, keyA, "true"); err == nil {
+		t.Errorf("the replaced SSH key still logs in: %s", out)
+	}
+
+	// 4. A broken change falls back to the config it names.
+	broken := withBadFile(t, g.gen(t, keyA, "10.77.0.8", ""))
+	g.serve(t, broken)
+	pinned(broken)
+	t.Logf("m1: %s", waitLine(t, m1.VM, `kiln-firstboot: config sha512-\S+ failed: .*falling back to the previous config`))
+	waitLine(t, m1.VM, `kiln-firstboot: done source=state fell-back-from=`)
+	waitDone(t, tl, m1, "restored")
+	checkSSH(t, seg, keyB, "10.77.0.9")
+}
+
+// siteGen is the scenario's site, rendered by the real kiln gen into
+// one output directory (so each run names the config it replaces), and
+// m1's config served at url inside the segment.
+type siteGen struct {
+	m1                       cluster.Machine
+	dir, site, pki, out, url string
+	admin                    []byte
+	seg                      *netns.Net
+	served                   []byte // what url answers: the last gen's, unless serve replaced it
+}
+
+func newSiteGen(t *testing.T, seg *netns.Net) *siteGen {
+	t.Helper()
+	g := &siteGen{m1: cluster.Machine{Name: "m1", Role: "genesis", MAC: cluster.M1MAC, Addr: cluster.M1Addr, CPUs: 1, MemoryMiB: 3072}, dir: t.TempDir(), seg: seg}
+	g.site, g.pki, g.out = filepath.Join(g.dir, "site.yaml"), filepath.Join(g.dir, "pki"), filepath.Join(g.dir, "out")
+	ln, err := seg.Listen("tcp", net.JoinHostPort(cluster.Gateway, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.url = "http://" + ln.Addr().String() + "/m1.ign"
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(g.served) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return g
+}
+
+// gen writes the site (key the root's SSH key, ntp its NTP server,
+// restore the snapshot the genesis node restores, when not ""), runs
+// kiln gen and returns m1's config, which url then serves.
+func (g *siteGen) gen(t *testing.T, key, ntp, restore string) []byte {
+	t.Helper()
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := fmt.Sprintf("  timing: slow\n  ntpServers: [%s]\n  sshAuthorizedKeys: [%q]\n", ntp, strings.TrimSpace(string(pub)))
+	if restore != "" {
+		extra += fmt.Sprintf("  restoreFrom: {file: %q}\n", restore)
+	}
+	site := cluster.SiteHead(extra) + fmt.Sprintf("  - {name: m1, role: genesis, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}}\n",
+		g.m1.MAC, g.m1.Addr, cluster.Gateway)
+	if err := os.WriteFile(g.site, []byte(site), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kilnBinary(t), "gen", "-f", g.site, "--pki", g.pki, "-o", g.out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kiln gen: %v\n%s", err, out)
+	}
+	cfg, err := os.ReadFile(filepath.Join(g.out, "nodes", "m1.ign"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.admin, err = os.ReadFile(filepath.Join(g.out, "admin.kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	g.served = cfg
+	return cfg
+}
+
+func (g *siteGen) serve(t *testing.T, cfg []byte) { g.served = cfg }
+
+func (g *siteGen) client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	kube, err := cluster.FailoverClient(g.admin, []string{g.m1.IP()}, g.seg.DialContext, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+func createConfigMap(t *testing.T, kube kubernetes.Interface, name string) *corev1.ConfigMap {
+	t.Helper()
+	var cm *corev1.ConfigMap
+	createEventually(t, "ConfigMap "+name, func() error {
+		var err error
+		cm, err = kube.CoreV1().ConfigMaps("default").Create(context.Background(),
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	})
+	if cm == nil {
+		if got, err := kube.CoreV1().ConfigMaps("default").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			cm = got
+		} else {
+			t.Fatal(err)
+		}
+	}
+	return cm
+}
+
+// checkRestored: the write before the snapshot is there, the one after
+// it is not, and a watch from the later write's resourceVersion is told
+// that version is gone (410), as a client that saw the lost cluster is.
+func checkRestored(t *testing.T, kube kubernetes.Interface, afterRV string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "ConfigMap before-snapshot after the restore", 5*time.Minute, func() error {
+		_, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "before-snapshot", metav1.GetOptions{})
+		return err
+	})
+	if _, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "after-snapshot", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ConfigMap after-snapshot after the restore: %v, want not found", err)
+	}
+	w, err := kube.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{ResourceVersion: afterRV})
+	if err != nil {
+		if !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+			t.Fatalf("a watch from resourceVersion %s: %v, want 410 Gone", afterRV, err)
+		}
+		t.Logf("a watch from resourceVersion %s: %v", afterRV, err)
+		return
+	}
+	defer w.Stop()
+	select {
+	case e := <-w.ResultChan():
+		status, ok := e.Object.(*metav1.Status)
+		if e.Type != watch.Error || !ok || status.Code != http.StatusGone {
+			t.Fatalf("a watch from resourceVersion %s: first event %s %v, want an error 410", afterRV, e.Type, e.Object)
+		}
+		t.Logf("a watch from resourceVersion %s: %d %s", afterRV, status.Code, status.Message)
+	case <-time.After(time.Minute):
+		t.Fatalf("a watch from resourceVersion %s: no event within a minute, want an error 410", afterRV)
+	}
+}
+
+// sshKey makes an ed25519 key pair at dir/name(.pub).
+func sshKey(t *testing.T, dir, name string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kiln-test-"+name, "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	return path
+}
+
+// sshRun runs command as root on m1 with key, from inside the segment.
+func sshRun(seg *netns.Net, key, command string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return seg.Command(ctx, "ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR", "root@"+cluster.M1Addr[:strings.IndexByte(cluster.M1Addr, '/')], command).CombinedOutput()
+}
+
+// checkSSH: key logs in as root, and timesyncd has ntp among its
+// servers (from the config's network file).
+func checkSSH(t *testing.T, seg *netns.Net, key, ntp string) {
+	t.Helper()
+	var out []byte
+	eventually(t, "root's login with "+filepath.Base(key)+" and NTP server "+ntp, 3*time.Minute, func() error {
+		var err error
+		if out, err = sshRun(seg, key, "timedatectl show-timesync -p LinkNTPServers --value"); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		if !strings.Contains(string(out), ntp) {
+			return fmt.Errorf("timesyncd's link NTP servers: %q", strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+	t.Logf("ssh with key %s: timesyncd's link NTP servers %s", filepath.Base(key), strings.TrimSpace(string(out)))
+}
+
+// withBadFile adds to an Ignition config a file whose content does not
+// match its verification hash: a config that parses and names its
+// predecessor, but fails before anything is written.
+func withBadFile(t *testing.T, cfg []byte) []byte {
+	t.Helper()
+	var c map[string]any
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	storage, _ := c["storage"].(map[string]any)
+	if storage == nil {
+		storage = map[string]any{}
+		c["storage"] = storage
+	}
+	files, _ := storage["files"].([]any)
+	storage["files"] = append(files, map[string]any{
+		"path":     "/etc/kiln-test-broken",
+		"contents": map[string]any{"source": "data:,x", "verification": map[string]any{"hash": "sha512-" + strings.Repeat("0", 128)}},
+	})
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
