@@ -13,10 +13,10 @@ package firstboot
 // the operator's word that this config, and nothing else, runs. A rule
 // such as "fall back to whatever is stored" would let a forged state
 // disk hold its own config, make the pinned one fail (a file in its way,
-// a full disk) and have the node run the forged one: the bypass issue 60
-// closed. The list sits inside the pinned config, so the pin covers it,
-// and the previous config is hashed from its bytes, never from the
-// record beside it.
+// a full disk) and have the node run the forged one: the bypass a pin
+// exists to prevent. The list sits inside the pinned config, so the pin
+// covers it, and the previous config is hashed from its bytes, never
+// from the record beside it.
 //
 // The order of writes, each a temp file, fsync and rename, and what a
 // power cut after each step leaves for the next boot:
