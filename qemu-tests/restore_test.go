@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/gen/nodeconfig"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -39,7 +42,8 @@ import (
 //  3. A config change (another SSH key, another NTP server) reaches m1
 //     with its state kept: booted with the new config's URL and hash, m1
 //     takes it; the new key logs in, the old one does not, and timesyncd
-//     has the new server.
+//     has the new server. Its snapshot timer is active, and its snapshot
+//     service, started by hand, leaves a snapshot on the state partition.
 //  4. A broken change (a file whose content does not match its hash,
 //     added to the next config by hand) falls back to the previous
 //     config, which the new one names: m1 says so, and the key of boot 3
@@ -97,6 +101,7 @@ func TestRestoreAndConfigChange(t *testing.T) {
 	if out, err := sshRun(seg, keyA, "true"); err == nil {
 		t.Errorf("the replaced SSH key still logs in: %s", out)
 	}
+	checkScheduledSnapshot(t, seg, keyB)
 
 	// 4. A broken change falls back to the config it names.
 	broken := withBadFile(t, g.gen(t, keyA, "10.77.0.8", ""))
@@ -291,4 +296,21 @@ func withBadFile(t *testing.T, cfg []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// checkScheduledSnapshot: m1's snapshot timer is active, and its service
+// (started now rather than waited for) writes a snapshot that etcd's
+// own integrity hash ends, into the state partition's snapshot
+// directory.
+func checkScheduledSnapshot(t *testing.T, seg *netns.Net, key string) {
+	t.Helper()
+	out, err := sshRun(seg, key, "systemctl is-active "+nodeconfig.SnapshotTimer+" && systemctl start "+nodeconfig.SnapshotService+
+		" && ls "+layout.EtcdSnapshotDir)
+	t.Logf("the scheduled snapshot on m1:\n%s", out)
+	if err != nil {
+		t.Fatalf("m1's scheduled snapshot: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^etcd-\d{8}T\d{6}Z-rev\d+\.db$`).Match(out) {
+		t.Errorf("no snapshot in %s after %s ran", layout.EtcdSnapshotDir, nodeconfig.SnapshotService)
+	}
 }
