@@ -156,12 +156,10 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 		return
 	}
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
-	if len(tp.Masters()) > 1 {
-		reimageWorker(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir)
-		if lifecycleAsked() {
-			m2 := removeAndReimageMaster(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
-			removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image, "w1", tp.Machines[0])
-		}
+	reimageWorker(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir)
+	if len(tp.Masters()) > 1 && lifecycleAsked() {
+		m2 := removeAndReimageMaster(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
+		removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image, "w1", tp.Machines[0])
 	}
 }
 
