@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,15 @@ func TestRestoreAndConfigChange(t *testing.T) {
 	eventually(t, "node m1 Ready after the restore", clusterSettle, func() error { return clustercheck.NodeReady(ctx, kube, "m1", since) })
 	checkRestored(t, kube, after.ResourceVersion)
 
-	// 3. A config change: another SSH key and NTP server.
+	// 3. A config change: another SSH key and NTP server. A pinned boot
+	// sets the stored config aside, network files included: the image's
+	// DHCP default must find a server to reach the config's URL.
+	dhcp, err := seg.ServeDHCP(filepath.Join(dir, "dhcp"), "http://"+cluster.Gateway+"/no-network-boot",
+		map[string]netip.Addr{g.m1.MAC: netip.MustParseAddr(g.m1.IP())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dhcp.Stop() })
 	base := m1.Append
 	pinned := func(cfg []byte) {
 		m1.PowerCut()
