@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/firstboot/role"
-	"github.com/kiln-project/kiln/images"
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -141,7 +140,7 @@ func hostEtcd(t *testing.T, dir, name string, cfg []byte) {
 		c.Close()
 		t.Fatal("127.0.0.1:2379 is taken: this scenario runs etcd there (the guest reaches it as 10.0.2.2:2379)")
 	}
-	etcd := exec.Command(etcdBinary(t), "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+	etcd := exec.Command(realbin.Etcd(t), "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", "https://127.0.0.1:2379", "--advertise-client-urls", "https://10.0.2.2:2379",
 		"--listen-peer-urls", "http://127.0.0.1:0", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", name+"=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:0",
@@ -163,21 +162,6 @@ func hostEtcd(t *testing.T, dir, name string, cfg []byte) {
 		}
 		return err
 	})
-}
-
-// etcdBinary is the etcd the default image bakes, from the component
-// build cache (make image built it).
-func etcdBinary(t *testing.T) string {
-	spec, err := images.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := gobuild.DefaultCacheDir()
-	bins, err := gobuild.Builder{CacheDir: cache}.Build(context.Background(), gobuild.EtcdTarget(spec.Components.Etcd.Version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins["etcd"]
 }
 
 // The power-on-together case on one machine, on every host (make test's three-VM scenario

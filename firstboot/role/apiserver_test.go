@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,10 +17,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/contract/nodefile"
-	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/freeport"
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
@@ -58,10 +56,10 @@ func startRealControlPlane(t *testing.T) *realControlPlane {
 		t.Fatal(err)
 	}
 	n.file, n.cat = loaded.file, loaded.cat
-	bins := componentBinaries(t)
+	bins := realbin.ControlPlane(t)
 	etcdPort, peerPort := freePort(t), freePort(t)
 	pki := func(f string) string { return filepath.Join(root, nodefile.PKIDir, f) }
-	start(t, "etcd", bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+	realbin.Start(t, "etcd", bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort), "--advertise-client-urls", fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
 		"--initial-cluster", fmt.Sprintf("g1=http://127.0.0.1:%d", peerPort), "--listen-metrics-urls", "http://127.0.0.1:0",
@@ -83,7 +81,7 @@ func startRealAPIServer(t *testing.T, root string, n *Node, bins map[string]stri
 		"--etcd-servers": fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
 		"--secure-port":  fmt.Sprint(apiPort),
 	})
-	start(t, "kube-apiserver", bins["kube-apiserver"], append(args, "--bind-address=127.0.0.1")...)
+	realbin.Start(t, "kube-apiserver", bins["kube-apiserver"], append(args, "--bind-address=127.0.0.1")...)
 
 	rc, err := clientcmd.BuildConfigFromFlags("", localKubeconfig(t, root, nodefile.AgentKubeconfig, apiPort))
 	if err != nil {
@@ -261,53 +259,6 @@ func TestRBACDefaultsHookIsARealAPIServerCheck(t *testing.T) {
 	if err := clustercheck.APIServerReady(context.Background(), cp.cluster.kube, clustercheck.RBACDefaultsHook); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func componentBinaries(t *testing.T) map[string]string {
-	spec, err := images.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := gobuild.DefaultCacheDir()
-	ctx := context.Background()
-	b := gobuild.Builder{CacheDir: cache}
-	etcd, err := b.Build(ctx, gobuild.EtcdTarget(spec.Components.Etcd.Version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kt, err := gobuild.ResolveKubernetesTarget(ctx, spec.Components.Kubernetes.Version, time.Unix(spec.SourceDateEpoch, 0).UTC().Format(time.RFC3339))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := b.Build(ctx, kt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string]string{"etcd": etcd["etcd"], "kube-apiserver": kube["kube-apiserver"], "kube-controller-manager": kube["kube-controller-manager"]}
-}
-
-func start(t *testing.T, name, bin string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			data, _ := os.ReadFile(logf.Name())
-			if len(data) > 3000 {
-				data = data[len(data)-3000:]
-			}
-			t.Logf("%s log tail:\n%s", name, data)
-		}
-	})
 }
 
 // freePort is a port for a server the test starts (freeport: not one an

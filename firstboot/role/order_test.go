@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
@@ -289,7 +290,7 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 	if os.Getenv("KILN_INTEGRATION") != "1" {
 		t.Skip("set KILN_INTEGRATION=1 (make integration) to run etcd on the host")
 	}
-	bin := componentBinaries(t)["etcd"]
+	bin := realbin.Etcd(t)
 	for _, tc := range []struct {
 		name    string
 		members int
@@ -321,7 +322,7 @@ func TestEtcdQuorumOnARealEtcd(t *testing.T) {
 			for i, n := range nodes {
 				name := fmt.Sprintf("e%d", i+1)
 				client := fmt.Sprintf("https://127.0.0.1:%d", n.EtcdPort)
-				start(t, "etcd-"+name, bin, "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+				realbin.Start(t, "etcd-"+name, bin, "--name", name, "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 					"--listen-client-urls", client, "--advertise-client-urls", client,
 					"--listen-peer-urls", peers[name], "--initial-advertise-peer-urls", peers[name],
 					"--initial-cluster", strings.Join(initial, ","), "--listen-metrics-urls", "http://127.0.0.1:0",

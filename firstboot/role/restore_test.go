@@ -21,6 +21,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/etcdsnapshot"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -101,7 +102,7 @@ func TestRestoreOnARealEtcd(t *testing.T) {
 	restored, peerURL := restoreInto(t, cp, snap)
 	port := freePort(t)
 	pki := func(f string) string { return filepath.Join(cp.root, nodefile.PKIDir, f) }
-	start(t, "etcd-restored", cp.bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(restored, manifests.EtcdDataDir),
+	realbin.Start(t, "etcd-restored", cp.bins["etcd"], "--name", "g1", "--data-dir", filepath.Join(restored, manifests.EtcdDataDir),
 		"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", port), "--advertise-client-urls", fmt.Sprintf("https://127.0.0.1:%d", port),
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "g1="+peerURL, "--initial-cluster-state", etcdmember.StateNew, "--listen-metrics-urls", "http://127.0.0.1:0",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/certtest"
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"
@@ -128,7 +129,7 @@ func startControllerManager(t *testing.T, cp *realControlPlane) {
 		"--kubeconfig": kc, "--authentication-kubeconfig": kc, "--authorization-kubeconfig": kc,
 		"--controllers": "csrapproving,csrsigning", "--leader-elect": "false",
 	})
-	start(t, "kube-controller-manager", cp.bins["kube-controller-manager"], append(args, fmt.Sprintf("--secure-port=%d", freePort(t)))...)
+	realbin.Start(t, "kube-controller-manager", cp.bins["kube-controller-manager"], append(args, fmt.Sprintf("--secure-port=%d", freePort(t)))...)
 }
 
 func pemPair(c *tls.Certificate) (cert, key []byte, err error) {

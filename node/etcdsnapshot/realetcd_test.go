@@ -14,11 +14,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/kiln-project/kiln/builder/gobuild"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
-	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/freeport"
+	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 	"github.com/kiln-project/kiln/ops/nodeops"
@@ -116,7 +115,7 @@ func startEtcd(t *testing.T) (*etcdmember.Client, clientv3.KV, string) {
 	endpoint := fmt.Sprintf("https://127.0.0.1:%d", clientPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	pkiFile := func(f string) string { return filepath.Join(st.Dir, f) }
-	cmd := exec.Command(etcdBinary(t), "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+	cmd := exec.Command(realbin.Etcd(t), "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "g1="+peer,
 		"--listen-metrics-urls", "http://127.0.0.1:0",
@@ -158,22 +157,6 @@ func startEtcd(t *testing.T) (*etcdmember.Client, clientv3.KV, string) {
 	}
 	t.Cleanup(func() { kv.Close() })
 	return c, kv, endpoint
-}
-
-// etcdBinary is the etcd the default image bakes, from the component
-// cache.
-func etcdBinary(t *testing.T) string {
-	t.Helper()
-	spec, err := images.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := gobuild.Builder{CacheDir: gobuild.DefaultCacheDir()}
-	bins, err := b.Build(context.Background(), gobuild.EtcdTarget(spec.Components.Etcd.Version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins["etcd"]
 }
 
 func port(t *testing.T) int {
