@@ -76,26 +76,34 @@ func withCPUReport(t *testing.T, cfg []byte) []byte {
 // withScriptUnit adds a script and an enabled unit to an Ignition config.
 func withScriptUnit(t *testing.T, cfg []byte, name, unit, path, script string) []byte {
 	t.Helper()
+	return editConfig(t, cfg, func(c map[string]any) {
+		appendTo(c, "storage", "files", map[string]any{"path": path, "mode": 0o755,
+			"contents": map[string]any{"source": "data:;base64," + base64.StdEncoding.EncodeToString([]byte(script))}})
+		appendTo(c, "systemd", "units", map[string]any{"name": name, "enabled": true, "contents": unit})
+	})
+}
+
+// editConfig is an Ignition config changed by edit, as a generic JSON
+// document: what a hand-made change to kiln gen's output looks like.
+func editConfig(t *testing.T, cfg []byte, edit func(map[string]any)) []byte {
+	t.Helper()
 	var c map[string]any
 	if err := json.Unmarshal(cfg, &c); err != nil {
 		t.Fatal(err)
 	}
-	storage, _ := c["storage"].(map[string]any)
-	if storage == nil {
-		storage = map[string]any{}
-	}
-	files, _ := storage["files"].([]any)
-	storage["files"] = append(files, map[string]any{"path": path, "mode": 0o755,
-		"contents": map[string]any{"source": "data:;base64," + base64.StdEncoding.EncodeToString([]byte(script))}})
-	c["storage"] = storage
-	sd, _ := c["systemd"].(map[string]any)
-	if sd == nil {
-		sd = map[string]any{}
-	}
-	units, _ := sd["units"].([]any)
-	sd["units"] = append(units, map[string]any{"name": name, "enabled": true, "contents": unit})
-	c["systemd"] = sd
+	edit(c)
 	return mustJSON(t, c)
+}
+
+// appendTo appends v to the list c[section][list], making either.
+func appendTo(c map[string]any, section, list string, v any) {
+	m, _ := c[section].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+		c[section] = m
+	}
+	items, _ := m[list].([]any)
+	m[list] = append(items, v)
 }
 
 // Genesis scenario 3: a genesis config for a site whose other master

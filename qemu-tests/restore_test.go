@@ -2,7 +2,6 @@ package qemutests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -286,25 +285,12 @@ func checkSSH(t *testing.T, seg *netns.Net, key, ntp string) {
 // predecessor, but fails before anything is written.
 func withBadFile(t *testing.T, cfg []byte) []byte {
 	t.Helper()
-	var c map[string]any
-	if err := json.Unmarshal(cfg, &c); err != nil {
-		t.Fatal(err)
-	}
-	storage, _ := c["storage"].(map[string]any)
-	if storage == nil {
-		storage = map[string]any{}
-		c["storage"] = storage
-	}
-	files, _ := storage["files"].([]any)
-	storage["files"] = append(files, map[string]any{
-		"path":     "/etc/kiln-test-broken",
-		"contents": map[string]any{"source": "data:,x", "verification": map[string]any{"hash": "sha512-" + strings.Repeat("0", 128)}},
+	return editConfig(t, cfg, func(c map[string]any) {
+		appendTo(c, "storage", "files", map[string]any{
+			"path":     "/etc/kiln-test-broken",
+			"contents": map[string]any{"source": "data:,x", "verification": map[string]any{"hash": "sha512-" + strings.Repeat("0", 128)}},
+		})
 	})
-	out, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // checkScheduledSnapshot: m1's snapshot timer is active, and its service
