@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/builder/realbin"
 	"github.com/kiln-project/kiln/firstboot/role"
-	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
 	"github.com/kiln-project/kiln/qemu-tests/vm"

@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/builder/realbin"
 	"github.com/kiln-project/kiln/contract/etcdsnapshot"
 	"github.com/kiln-project/kiln/contract/nodefile"
-	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 
+	"github.com/kiln-project/kiln/builder/realbin"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/certtest"
-	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/etcdmember"

@@ -14,10 +14,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/kiln-project/kiln/builder/realbin"
 	"github.com/kiln-project/kiln/gen/pki"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/freeport"
-	"github.com/kiln-project/kiln/internal/realbin"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/etcdmember"
 	"github.com/kiln-project/kiln/ops/nodeops"
