@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -115,29 +114,12 @@ func startEtcd(t *testing.T) (*etcdmember.Client, clientv3.KV, string) {
 	endpoint := fmt.Sprintf("https://127.0.0.1:%d", clientPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	pkiFile := func(f string) string { return filepath.Join(st.Dir, f) }
-	cmd := exec.Command(realbin.Etcd(t), "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+	realbin.Start(t, "etcd", realbin.Etcd(t), "--name", "g1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
 		"--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "g1="+peer,
 		"--listen-metrics-urls", "http://127.0.0.1:0",
 		"--cert-file", pkiFile("nodes/g1/etcd-server.crt"), "--key-file", pkiFile("nodes/g1/etcd-server.key"),
 		"--trusted-ca-file", pkiFile("etcd/ca.crt"), "--client-cert-auth")
-	logPath := filepath.Join(t.TempDir(), "etcd.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			data, _ := os.ReadFile(logPath)
-			t.Logf("etcd log tail:\n%s", data[max(0, len(data)-3000):])
-		}
-	})
 	cfg, err := nodeops.EtcdTLS(st)
 	if err != nil {
 		t.Fatal(err)
