@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/contract/netboot"
 )
 
 // Slot names one of the two root slots.
@@ -56,6 +57,13 @@ func (s Slot) Initrd() string { return "/kiln/" + string(s) + "/initrd.img" }
 
 // Root is the slot's root= argument.
 func (s Slot) Root() string { return "live:PARTLABEL=" + s.PartLabel() }
+
+// Cmdline is the kernel command line that boots slot s, before the image
+// spec's extra arguments.
+func Cmdline(s Slot) []string {
+	args := append([]string{"root=" + s.Root()}, netboot.BaseCmdline...)
+	return append(args, SlotArg+"="+string(s))
+}
 
 // EnvPath is the record's file on the ESP, a BlockSize GRUB environment
 // block that must exist before GRUB first boots: save_env rewrites a file
