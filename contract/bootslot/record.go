@@ -222,8 +222,10 @@ func Reason(text string) string {
 }
 
 // The record's variables in the environment block, in the order Encode
-// writes them. Variables without the kiln_ prefix belong to others and
-// are ignored.
+// writes them: those the GRUB script reads come first, inside the
+// block's first 512-byte sector, so a write torn between sectors shows
+// GRUB all of the old values or all of the new. Variables without the
+// kiln_ prefix belong to others and are ignored.
 const (
 	varFormat         = "kiln_format"
 	varActive         = "kiln_active"

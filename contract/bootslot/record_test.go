@@ -27,13 +27,6 @@ var (
 )
 
 func TestRecordRoundTrip(t *testing.T) {
-	largest := Record{
-		Active: A, Staged: B, Phase: PhaseStaged, Tries: MaxTries,
-		SlotA:        Image{Version: strings.Repeat("1", MaxVersion), Digest: imgV1.Digest},
-		SlotB:        Image{Version: strings.Repeat("2", MaxVersion), Digest: imgV2.Digest},
-		FailReason:   strings.Repeat("\\", MaxReason),
-		LastRollback: Rollback{From: B, To: A, Reason: strings.Repeat("\\", MaxReason)},
-	}
 	tests := []struct {
 		name string
 		r    Record
@@ -56,6 +49,29 @@ func TestRecordRoundTrip(t *testing.T) {
 				t.Errorf("read back %+v, want %+v", got, tt.r)
 			}
 		})
+	}
+}
+
+// largest is the record with the longest block.
+var largest = Record{
+	Active: A, Staged: B, Phase: PhaseStaged, Tries: MaxTries,
+	SlotA:        Image{Version: strings.Repeat("1", MaxVersion), Digest: imgV1.Digest},
+	SlotB:        Image{Version: strings.Repeat("2", MaxVersion), Digest: imgV2.Digest},
+	FailReason:   strings.Repeat("\\", MaxReason),
+	LastRollback: Rollback{From: B, To: A, Reason: strings.Repeat("\\", MaxReason)},
+}
+
+func TestGRUBsVariablesInTheFirstSector(t *testing.T) {
+	b, err := Encode(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range scriptVars {
+		at := strings.Index(string(b), "\n"+name+"=")
+		end := at + 1 + strings.IndexByte(string(b[at+1:]), '\n')
+		if at < 0 || end >= 512 {
+			t.Errorf("%s ends at byte %d, outside the first sector", name, end)
+		}
 	}
 }
 

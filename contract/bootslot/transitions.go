@@ -49,6 +49,9 @@ func Stage(r Record, slot Slot, img Image) (Record, error) {
 // gets StageTries boots; otherwise the stage stays in PhaseWriting.
 func StageWritten(r Record, slot Slot, digest string) (Record, error) {
 	what := fmt.Sprintf("finishing the stage of slot %s", slot)
+	if err := r.Validate(); err != nil {
+		return Record{}, fmt.Errorf("%s: %w", what, err)
+	}
 	if r.Phase != PhaseWriting || r.Staged != slot {
 		return Record{}, refuse(r, what, "slot %s is not being written", slot)
 	}
