@@ -13,6 +13,12 @@ func refuse(r Record, what, why string, args ...any) error {
 	return fmt.Errorf("%w: %s (record: %s): %s", ErrTransition, what, r.State(), fmt.Sprintf(why, args...))
 }
 
+// invalid wraps err, a record or an argument that is not valid, with what
+// was done and the record's state.
+func invalid(r Record, what string, err error) error {
+	return fmt.Errorf("%s (record: %s): %w", what, r.State(), err)
+}
+
 // started reports whether GRUB has begun trying the stage.
 func (r Record) started() bool {
 	return r.Phase == PhaseStaged && (r.Tries < StageTries || r.FailReason != "")
@@ -25,7 +31,7 @@ func (r Record) started() bool {
 func Stage(r Record, slot Slot, img Image) (Record, error) {
 	what := fmt.Sprintf("staging %s on slot %s", img.Version, slot)
 	if err := r.Validate(); err != nil {
-		return Record{}, fmt.Errorf("%s: %w", what, err)
+		return Record{}, invalid(r, what, err)
 	}
 	switch {
 	case slot == r.Active:
@@ -34,10 +40,10 @@ func Stage(r Record, slot Slot, img Image) (Record, error) {
 		return Record{}, refuse(r, what, "the stage of %s has begun its trying boot; it must be marked good or roll back first", r.Staged)
 	}
 	if _, err := ParseSlot(string(slot)); err != nil {
-		return Record{}, fmt.Errorf("%s: %w", what, err)
+		return Record{}, invalid(r, what, err)
 	}
 	if err := validateImage(img, true); err != nil {
-		return Record{}, fmt.Errorf("%s: image: %w", what, err)
+		return Record{}, invalid(r, what, fmt.Errorf("image: %w", err))
 	}
 	r = r.clearStage().withImage(slot, img)
 	r.Staged, r.Phase = slot, PhaseWriting
@@ -46,11 +52,12 @@ func Stage(r Record, slot Slot, img Image) (Record, error) {
 
 // StageWritten is the second write: slot's root is written and digest is
 // what was read back from it. When digest is the staged image's, the slot
-// gets StageTries boots; otherwise the stage stays in PhaseWriting.
+// gets StageTries boots; otherwise it is refused, and the stage stays in
+// PhaseWriting, which GRUB never boots.
 func StageWritten(r Record, slot Slot, digest string) (Record, error) {
 	what := fmt.Sprintf("finishing the stage of slot %s", slot)
 	if err := r.Validate(); err != nil {
-		return Record{}, fmt.Errorf("%s: %w", what, err)
+		return Record{}, invalid(r, what, err)
 	}
 	if r.Phase != PhaseWriting || r.Staged != slot {
 		return Record{}, refuse(r, what, "slot %s is not being written", slot)
@@ -109,7 +116,7 @@ const unmarkedReason = "its trying boot ended before it was marked good"
 func Conclude(r Record, booted Slot) (Boot, Record, error) {
 	what := fmt.Sprintf("booted slot %s", booted)
 	if err := r.Validate(); err != nil {
-		return Boot{}, Record{}, fmt.Errorf("%s: %w", what, err)
+		return Boot{}, Record{}, invalid(r, what, err)
 	}
 	switch {
 	case booted == r.Active && r.Phase == PhaseStaged && r.Tries == 0:
@@ -134,7 +141,7 @@ func Conclude(r Record, booted Slot) (Boot, Record, error) {
 // slot's trying boot or has already failed.
 func trying(r Record, booted Slot, what string) error {
 	if err := r.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return invalid(r, what, err)
 	}
 	switch {
 	case r.Phase != PhaseStaged || booted != r.Staged:

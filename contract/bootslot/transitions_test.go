@@ -48,9 +48,9 @@ func TestStage(t *testing.T) {
 		{"over a stage being tried", tryingB, B, imgV3, Record{},
 			"staging v3.0.0 on slot b (record: active a, staged b (tries 0)): the stage of b has begun its trying boot"},
 		{"over a failed try", failedB, B, imgV3, Record{}, "the stage of b has begun its trying boot"},
-		{"an image without a digest", fresh, B, Image{Version: "v2"}, Record{}, `staging v2 on slot b: image: digest ""`},
-		{"onto no slot", fresh, "c", imgV2, Record{}, `staging v2.0.0 on slot c: slot "c" is neither`},
-		{"from an invalid record", Record{Active: "c"}, B, imgV2, Record{}, `staging v2.0.0 on slot b: active: slot "c"`},
+		{"an image without a digest", fresh, B, Image{Version: "v2"}, Record{}, `staging v2 on slot b (record: active a): image: digest ""`},
+		{"onto no slot", fresh, "c", imgV2, Record{}, `staging v2.0.0 on slot c (record: active a): slot "c" is neither`},
+		{"from an invalid record", Record{Active: "c"}, B, imgV2, Record{}, `staging v2.0.0 on slot b (record: active c): active: slot "c"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestConclude(t *testing.T) {
 		{"booted the wrong slot", fresh, B, Boot{}, Record{},
 			"booted slot b (record: active a): it is neither the active slot nor a staged one"},
 		{"booted the wrong slot after a rollback", rolledOff, B, Boot{}, Record{}, "neither the active slot nor a staged one"},
-		{"invalid record", Record{Active: A}, A, Boot{}, Record{}, "booted slot a: slot a: no image version and digest"},
+		{"invalid record", Record{Active: A}, A, Boot{}, Record{}, "booted slot a (record: active a): slot a: no image version and digest"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
