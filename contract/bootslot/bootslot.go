@@ -1,13 +1,13 @@
-// Package bootslot is the contract of a disk node's two root slots, A and
-// B, between the GRUB script that boots them, the node's agent and the
+// Package bootslot is the contract of a disk node's two root slots, a and
+// b, between the GRUB script that boots them, the node's agent and the
 // tool that stages an upgrade: the boot-state record they share (a GRUB
-// environment block on the ESP, ParseBlock and RenderBlock), its states
-// and the transitions each side may make (Stage, Staged, Choose, Conclude,
-// MarkGood, Fail), the GRUB script that tries a staged slot once
-// (Script), each slot's kernel, initrd and root partition, and the kernel
-// argument that tells the agent which slot it booted (SlotArg).
-// docs/upgrade.md describes it; the builder and the agent do not use it
-// yet.
+// environment block on the ESP: ParseBlock, RenderBlock, Encode, Decode),
+// its states and the transitions each side may make (Stage, StageWritten,
+// Choose, Conclude, MarkGood, Fail), the GRUB script that tries a staged
+// slot once (Script), each slot's kernel, initrd and root partition, and
+// the kernel argument that tells the agent which slot it booted
+// (SlotArg). docs/upgrade.md describes it; the builder and the agent do
+// not use it yet.
 package bootslot
 
 import (
