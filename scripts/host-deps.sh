@@ -7,6 +7,7 @@ set -euo pipefail
 pkgs=(
   debootstrap squashfs-tools xorriso           # base rootfs, squashfs, hybrid ISO
   grub-pc-bin grub-efi-amd64-bin grub-common   # BIOS/UEFI boot loaders
+  grub-emu                                     # GRUB's script interpreter: contract/bootslot's test
   isolinux syslinux-common                     # ISO BIOS boot + isohybrid MBR
   mtools dosfstools e2fsprogs gdisk fdisk      # ESP and partition tools
   qemu-system-x86 qemu-utils ovmf ipxe-qemu    # QEMU boots (BIOS, UEFI, PXE)
