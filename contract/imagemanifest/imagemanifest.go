@@ -79,7 +79,7 @@ func Open(dir string) (*Build, error) {
 	p := Path(dir)
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", dir, ErrNotABuild, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotABuild, err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
