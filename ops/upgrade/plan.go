@@ -101,8 +101,22 @@ type Planner struct {
 type cluster struct {
 	nodes    map[string]*corev1.Node
 	members  []etcdmember.Member
-	down     []string
+	health   probed
+	down     []string          // voting members that did not answer
 	releases map[uint64]string // by member ID; absent: it did not answer
+}
+
+// probed is each member's answer to one status call, by client URL: the
+// plan judges etcd's health once, and every pre-check reads the same
+// answers.
+type probed map[string]error
+
+// Healthy is the answer recorded for clientURL.
+func (p probed) Healthy(_ context.Context, clientURL string) error {
+	if err, ok := p[clientURL]; ok {
+		return err
+	}
+	return fmt.Errorf("%s: not asked", clientURL)
 }
 
 // Plan reads the cluster and orders the steps. An error is a cluster
@@ -137,15 +151,20 @@ func (p *Planner) read(ctx context.Context) (*cluster, error) {
 	if c.members, err = p.Etcd.MemberList(ctx); err != nil {
 		return nil, fmt.Errorf("etcd's member list: %w", err)
 	}
-	c.down = etcdmember.DownVoters(ctx, p.Etcd, c.members)
+	c.health = probed{}
 	for _, m := range c.members {
-		if len(m.ClientURLs) == 0 || slices.Contains(c.down, m.Name) {
+		if len(m.ClientURLs) == 0 {
 			continue
 		}
-		if v, err := p.Etcd.Version(ctx, m.ClientURLs[0]); err == nil {
+		url := m.ClientURLs[0]
+		if c.health[url] = p.Etcd.Healthy(ctx, url); c.health[url] != nil {
+			continue
+		}
+		if v, err := p.Etcd.Version(ctx, url); err == nil {
 			c.releases[m.ID] = v
 		}
 	}
+	c.down = etcdmember.DownVoters(ctx, c.health, c.members)
 	return c, nil
 }
 
@@ -207,7 +226,7 @@ func (p *Planner) step(ctx context.Context, c *cluster, sn site.Node, order int)
 	}
 	p.skew(&s)
 	if s.member != nil {
-		if r := etcdmember.FailureRefusal(ctx, p.Etcd, c.members, *s.member); r != nil {
+		if r := etcdmember.FailureRefusal(ctx, c.health, c.members, *s.member); r != nil {
 			s.refuse("quorum", "%s. %s", r.Why, r.WayOut)
 		}
 	}

@@ -63,20 +63,25 @@ type fakeEtcd struct {
 	members  []etcdmember.Member
 	releases map[string]string // by client URL
 	down     map[string]bool
+	asked    map[string]int // status calls, by client URL
 }
 
 func (f *fakeEtcd) MemberList(context.Context) ([]etcdmember.Member, error) { return f.members, nil }
 
 func (f *fakeEtcd) Healthy(_ context.Context, url string) error {
+	if f.asked == nil {
+		f.asked = map[string]int{}
+	}
+	f.asked[url]++
 	if f.down[url] {
 		return fmt.Errorf("%s: context deadline exceeded", url)
 	}
 	return nil
 }
 
-func (f *fakeEtcd) Version(ctx context.Context, url string) (string, error) {
-	if err := f.Healthy(ctx, url); err != nil {
-		return "", err
+func (f *fakeEtcd) Version(_ context.Context, url string) (string, error) {
+	if f.down[url] {
+		return "", fmt.Errorf("%s: context deadline exceeded", url)
 	}
 	return f.releases[url], nil
 }
@@ -250,5 +255,24 @@ func TestStart(t *testing.T) {
 				t.Errorf("Start() = %v, want %v naming %q", err, tc.want, tc.names)
 			}
 		})
+	}
+}
+
+// The plan asks each member for its status once (a member that does not
+// answer costs a 5 s bound each time), and every pre-check reads that.
+func TestPlanAsksEachMemberOnce(t *testing.T) {
+	s, err := site.Parse("site.yaml", []byte(threeMasters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := all(old).down("m3")
+	p := &Planner{Site: s, Kube: fake.NewClientset(c.objs...), Etcd: c.etcd, Target: target}
+	if _, err := p.Plan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.etcd.members {
+		if n := c.etcd.asked[m.ClientURLs[0]]; n != 1 {
+			t.Errorf("member %s was asked for its status %d times, want once", m.Name, n)
+		}
 	}
 }
