@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kiln-project/kiln/contract/netboot"
+	"github.com/kiln-project/kiln/contract/nodefile"
 )
 
 // Image is one baked container image (the manifest's images[]).
@@ -33,8 +34,8 @@ type Manifest struct {
 	Artifacts  []netboot.FileDigest `json:"artifacts"`
 }
 
-// The image roles whose tags carry a release, as the builder names them
-// (node/catalog).
+// The image roles whose tags carry a release, as node/catalog names
+// them (builder/manifest_test.go holds the two to one another).
 const (
 	roleEtcd      = "etcd"
 	roleAPIServer = "kube-apiserver"
@@ -44,9 +45,8 @@ const (
 // tags must agree.
 var kubernetesRoles = []string{roleAPIServer, "kube-controller-manager", "kube-scheduler", "kube-proxy"}
 
-// KilnBinaryPath is where the manifest's binaries list the node's kiln
-// (contract/nodefile.KilnBinary).
-const KilnBinaryPath = "/usr/bin/kiln"
+// KilnBinaryPath is the manifest's binaries entry of the node's kiln.
+const KilnBinaryPath = nodefile.KilnBinary
 
 // Versions are what a build carries that a rolling upgrade compares.
 // Kiln is the kiln binary's sha256: the manifest records no kiln version
