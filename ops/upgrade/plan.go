@@ -36,8 +36,8 @@ type Step struct {
 	BootID string
 	// Skip is why the node is not rolled ("" : it is).
 	Skip string
-	// Refusals are the pre-checks it fails now; the rollout stops at the
-	// first step that has any.
+	// Refusals are the pre-checks it fails now: any keeps the rollout
+	// from starting.
 	Refusals []Check
 }
 
@@ -49,7 +49,6 @@ type Check struct {
 
 // Plan is the rollout of a site onto a target build.
 type Plan struct {
-	Site   string
 	Target imagemanifest.Versions
 	Steps  []Step
 	// Problems keep the rollout from starting that no step to roll
@@ -126,7 +125,7 @@ func (p *Planner) Plan(ctx context.Context) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{Site: p.Site.File, Target: p.Target}
+	plan := &Plan{Target: p.Target}
 	for i, sn := range rolloutOrder(p.Site) {
 		s := p.step(ctx, c, sn, i+1)
 		if s.Skip != "" && s.notReady != "" {
