@@ -1,7 +1,7 @@
 // Package healthgate owns the one health gate a node passes after it
-// boots (a new image, a reboot): the node agent asks it about its own
-// boot, and kiln upgrade about a node it rebooted, before the rollout
-// goes on. A node passes when its Node is Ready with a heartbeat of the
+// boots (a new image, a reboot): the node agent is to ask it about its
+// own boot, and kiln upgrade's rollout about a node it rebooted, before
+// the rollout goes on. A node passes when its Node is Ready with a heartbeat of the
 // boot asked about and its role is done on that boot; a master also
 // when its etcd member votes, every voting member answers, and its own
 // apiserver is ready. The verdict names every condition not met.
