@@ -71,6 +71,23 @@ func (b Boot) check(got string) error {
 	return nil
 }
 
+// doneOn reports whether a role done on boot done is done on the boot
+// asked about, the Node reporting boot reported.
+func (b Boot) doneOn(done, reported string) bool {
+	if b.ID != "" {
+		return done == b.ID
+	}
+	return done != b.Before && done == reported
+}
+
+// String names the boot asked about.
+func (b Boot) String() string {
+	if b.ID != "" {
+		return "this boot " + b.ID
+	}
+	return "a boot after " + b.Before
+}
+
 // RoleDone says on which boot the node's role last finished: the agent
 // knows it from its status (Known), the rollout reads what the node
 // publishes on its Node (Published).
@@ -192,11 +209,9 @@ func (g Gate) node(ctx context.Context, t Target, u *Unmet) *corev1.Node {
 	}
 	switch {
 	case done == "":
-		u.add("role", "the %s role is not done on any boot the node reports", t.Role)
-	case bootErr == nil && done != boot:
-		u.add("role", "the %s role was last done on boot %s, not on this boot %s", t.Role, done, boot)
-	case bootErr != nil:
-		u.add("role", "the %s role was last done on boot %s, before the boot asked about", t.Role, done)
+		u.add("role", "the %s role is not done on any boot", t.Role)
+	case !t.Boot.doneOn(done, boot):
+		u.add("role", "the %s role was last done on boot %s, not on %s", t.Role, done, t.Boot)
 	}
 	return n
 }
