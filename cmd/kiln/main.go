@@ -84,6 +84,7 @@ func subcommands() []*cobra.Command {
 		newAnchorCmd(),
 		newCheckCmd(),
 		newNodeCmd(),
+		newUpgradeCmd(),
 		newEtcdCmd(),
 		newServeCmd(),
 	}

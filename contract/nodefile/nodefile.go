@@ -56,6 +56,20 @@ const (
 // list.
 const VersionAnnotation = "kiln.dev/version"
 
+// What a node publishes on its Node for a rolling upgrade (kiln
+// upgrade), as its kubelet. The agent does not publish them yet; until
+// it does, the rollout cannot tell a node's image nor its finished role.
+const (
+	// KilnDigestAnnotation is the sha256 (hex) of the node's own kiln
+	// binary (KilnBinary): the digest node.manifest.json lists for it, by
+	// which kiln upgrade knows a node already runs the target image.
+	KilnDigestAnnotation = "kiln.dev/kiln-sha256"
+	// RoleDoneAnnotation is the boot ID (/proc/sys/kernel/random/boot_id)
+	// of the boot whose role finished, written once the role is done:
+	// the health gate reads it as "the role is done on this boot".
+	RoleDoneAnnotation = "kiln.dev/role-done"
+)
+
 // StampDir holds the role's one-shot steps' stamps, on the state
 // partition: <role>/<phase>, e.g. master/label once the master label is
 // on the Node.

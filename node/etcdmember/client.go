@@ -145,6 +145,18 @@ func (e *Client) Healthy(ctx context.Context, clientURL string) error {
 	return err
 }
 
+// Version is the etcd release (such as 3.6.5) the member at clientURL
+// runs, from a status call (5 s).
+func (e *Client) Version(ctx context.Context, clientURL string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusBound)
+	defer cancel()
+	s, err := e.c.Status(ctx, clientURL)
+	if err != nil {
+		return "", err
+	}
+	return s.Version, nil
+}
+
 // Leads reports whether the member at clientURL leads its cluster, from
 // a status call (5 s); a member that knows no leader is an error.
 func (e *Client) Leads(ctx context.Context, clientURL string) (bool, error) {

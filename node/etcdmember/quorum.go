@@ -141,3 +141,40 @@ func Describe(m Member) string {
 	}
 	return fmt.Sprintf("%x (%s, %s)", m.ID, name, strings.Join(m.PeerURLs, ","))
 }
+
+// FailureRefusal is nil when etcd keeps quorum while the voting member
+// m is down (a reboot): the other voters that answer now are a quorum of
+// all the voters, m still counted among them. A learner never counts.
+// One or two voters never keep quorum without one of them.
+func FailureRefusal(ctx context.Context, e Prober, list []Member, m Member) *Refusal {
+	if m.IsLearner {
+		return nil
+	}
+	h := votersHealth(ctx, e, list)
+	n := len(h.voters)
+	others := h.nAnswers
+	if h.answers[m.ID] {
+		others--
+	}
+	if others >= quorum(n) {
+		return nil
+	}
+	down := h.down(m.ID)
+	r := &Refusal{
+		Unanswered: len(down) > 0,
+		Why: fmt.Sprintf("etcd would lose quorum while member %s is down: of %d voting members, the %d others answering are fewer than the %d it needs",
+			Describe(m), n, others, quorum(n)),
+		WayOut: fmt.Sprintf("Run at least three masters (a master in the site file, kiln gen, boot it) before %s goes down", memberName(m)),
+	}
+	if len(down) > 0 {
+		r.Why += fmt.Sprintf(" (not answering: %s)", strings.Join(down, ", "))
+		r.WayOut = fmt.Sprintf("Bring %s back first", strings.Join(down, ", "))
+	}
+	return r
+}
+
+// DownVoters names the voting members that do not answer a status call,
+// in list order: none when etcd is healthy.
+func DownVoters(ctx context.Context, e Prober, list []Member) []string {
+	return votersHealth(ctx, e, list).down(0)
+}

@@ -79,3 +79,45 @@ func TestMembersOf(t *testing.T) {
 		t.Errorf("MembersOf(m9) = %v, want none", got)
 	}
 }
+
+func TestFailureRefusal(t *testing.T) {
+	m4, m5 := member(0xa4, "m4", "10.0.0.14"), member(0xa5, "m5", "10.0.0.15")
+	learner := Member{ID: 0xb1, PeerURLs: []string{PeerURL("10.0.0.19")}, IsLearner: true}
+	three, five := []Member{m1, m2, m3}, []Member{m1, m2, m3, m4, m5}
+	for _, tc := range []struct {
+		name string
+		list []Member
+		down []Member
+		fail Member
+		want string // "" : allowed
+	}{
+		{"three voters, all up: one may go down", three, nil, m2, ""},
+		{"three voters, one down: the down one may reboot", three, []Member{m3}, m3, ""},
+		{"three voters, one down: an up one may not", three, []Member{m3}, m1, "the 1 others answering are fewer than the 2 it needs (not answering: m3)"},
+		{"two voters: neither may go down", []Member{m1, m2}, nil, m2, "of 2 voting members, the 1 others answering are fewer than the 2"},
+		{"one voter: it may not go down", []Member{m1}, nil, m1, "member a1 (m1,"},
+		{"a learner may always go down", []Member{m1, learner}, nil, learner, ""},
+		{"five voters, one down: another may go down", five, []Member{m5}, m1, ""},
+		{"five voters, two down: none more", five, []Member{m4, m5}, m1, "not answering: m4, m5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := FailureRefusal(context.Background(), downProberOf(tc.down...), tc.list, tc.fail)
+			switch {
+			case tc.want == "" && got != nil:
+				t.Errorf("refused: %v", got)
+			case tc.want != "" && (got == nil || !strings.Contains(got.Error(), tc.want)):
+				t.Errorf("got %v, want a refusal with %q", got, tc.want)
+			case got != nil && got.WayOut == "":
+				t.Errorf("a refusal without a way out: %v", got)
+			}
+		})
+	}
+}
+
+func TestDownVoters(t *testing.T) {
+	learner := Member{ID: 0xb1, PeerURLs: []string{PeerURL("10.0.0.19")}, ClientURLs: []string{ClientURL("10.0.0.19")}, IsLearner: true}
+	got := DownVoters(context.Background(), downProberOf(m2, learner), []Member{m1, m2, m3, learner})
+	if strings.Join(got, ",") != "m2" {
+		t.Errorf("DownVoters = %v, want m2 only (a learner is no voter)", got)
+	}
+}
