@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/manifests"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -96,6 +97,41 @@ func reimageWorker(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kuber
 	t.Logf("w1 re-imaged: Ready again %s after power-on", time.Since(start).Round(time.Second))
 	checkCredentialRefused(t, tp, seg, pkiDir, old, "once w1 is back with new credentials")
 	checkNodeList(t, seg, writeSite(t, tp), pkiDir, "w1's re-imaging")
+	checkNothingToUpgrade(t, seg, kube, tp, writeSite(t, tp), pkiDir)
+}
+
+// checkNothingToUpgrade is what a node publishes for kiln upgrade, read
+// back by the real command: every Node says its role finished on the
+// boot it reports (the health gate's sign), and `kiln upgrade --dry-run`
+// onto the image the machines booted finds each of them already on it
+// (the kiln binary's digest, the kubelet's and etcd's releases all match
+// the build's manifest) and exits 0.
+func checkNothingToUpgrade(t *testing.T, seg *netns.Net, kube kubernetes.Interface, tp cluster.Topology, siteFile, pkiDir string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range tp.Names() {
+		obj, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("node %s: %v", name, err)
+			continue
+		}
+		if done, boot := obj.Annotations[nodefile.RoleDoneAnnotation], obj.Status.NodeInfo.BootID; done == "" || done != boot {
+			t.Errorf("node %s: %s=%q, want its boot %q", name, nodefile.RoleDoneAnnotation, done, boot)
+		}
+	}
+	out, err := seg.Command(ctx, kilnBinary(t), "upgrade", "--dry-run", "-f", siteFile, "--pki", pkiDir, "--image", outDir(t)).CombinedOutput()
+	t.Logf("kiln upgrade --dry-run onto the booted image:\n%s", out)
+	if err != nil {
+		t.Errorf("kiln upgrade --dry-run onto the booted image: %v", err)
+	}
+	for _, name := range tp.Names() {
+		if !slices.ContainsFunc(strings.Split(string(out), "\n"), func(l string) bool {
+			f := strings.Fields(l)
+			return len(f) > 2 && f[1] == name && strings.Contains(l, "skip: already on the target image")
+		}) {
+			t.Errorf("kiln upgrade --dry-run: no row skips %s as already on the target image", name)
+		}
+	}
 }
 
 // checkNodeList runs `kiln node list` inside the namespace: it exits 0

@@ -57,8 +57,8 @@ const (
 const VersionAnnotation = "kiln.dev/version"
 
 // What a node publishes on its Node for a rolling upgrade (kiln
-// upgrade), as its kubelet. The agent does not publish them yet; until
-// it does, the rollout cannot tell a node's image nor its finished role.
+// upgrade), as its kubelet: the digest with the version on every boot,
+// the boot ID as the role's last phase.
 const (
 	// KilnDigestAnnotation is the sha256 (hex) of the node's own kiln
 	// binary (KilnBinary): the digest node.manifest.json lists for it, by

@@ -2,10 +2,15 @@ package role
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +24,7 @@ import (
 
 // asKubelet owns what this node does through its kubelet's credentials
 // (every node, a worker only so): its wait for its own Ready, the labels
-// it asks a master for, the kiln version on its Node.
+// it asks a master for, the kiln it runs and the end of its role on its Node.
 type asKubelet struct {
 	env   nodeEnv
 	api   clients
@@ -82,31 +87,77 @@ func rejected(err error) error {
 	return err
 }
 
-// publishVersionBound bounds publishing the version: kiln node list's
-// column is not worth holding a boot for.
-const publishVersionBound = 2 * time.Minute
+// publishBound bounds each annotation the node publishes on its Node:
+// kiln node list's column is not worth holding a boot for, and a
+// rollout that does not see the role done stops by itself.
+const publishBound = 2 * time.Minute
 
-// publishVersion annotates the node's own Node with the kiln version it
-// runs (nodefile.VersionAnnotation), as its kubelet (NodeRestriction lets
-// a kubelet annotate its own Node), on every boot: a re-imaged machine
+// publishVersion annotates the node's own Node with the kiln it runs:
+// the version (nodefile.VersionAnnotation) and the binary's digest
+// (nodefile.KilnDigestAnnotation), on every boot, so a re-imaged machine
 // shows its new image. A failure is said and does not fail the role.
 func (k asKubelet) publishVersion(ctx context.Context) error {
 	if k.version == "" {
 		return nil
 	}
-	kube, err := k.api.kubelet()
-	if err == nil {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodefile.VersionAnnotation: k.version}}})
-		err = retry.Wait(ctx, "kiln version published on node "+k.env.file.Name, publishVersionBound, k.env.log, func(ctx context.Context) error {
-			_, err := kube.CoreV1().Nodes().Patch(ctx, k.env.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			if apierrors.IsForbidden(err) {
-				return retry.Final(err) // no retry changes a refusal
-			}
-			return rejected(err)
-		})
+	ann := map[string]string{nodefile.VersionAnnotation: k.version}
+	if sum, err := fileSHA256(k.env.path(nodefile.KilnBinary)); err == nil {
+		ann[nodefile.KilnDigestAnnotation] = sum
+	} else {
+		k.env.log("the kiln binary's digest is not published (kiln upgrade cannot tell this node's image): %v", err)
 	}
-	if err != nil {
+	if err := k.annotate(ctx, "kiln version", ann); err != nil {
 		k.env.log("the kiln version is not on Node %s (kiln node list shows none): %v", k.env.file.Name, err)
 	}
 	return nil
+}
+
+// publishRoleDone is the role's last phase: the boot ID on the Node
+// (nodefile.RoleDoneAnnotation) tells kiln upgrade's health gate the role
+// finished on this boot. A failure is said; the gate then waits, and a
+// rollout stops at this node rather than pass it unseen.
+func (k asKubelet) publishRoleDone(ctx context.Context) error {
+	id, err := os.ReadFile(k.env.path(bootIDPath))
+	if err == nil {
+		err = k.annotate(ctx, "role done", map[string]string{nodefile.RoleDoneAnnotation: strings.TrimSpace(string(id))})
+	}
+	if err != nil {
+		k.env.log("the role's end is not on Node %s (kiln upgrade's health gate will not see it): %v", k.env.file.Name, err)
+	}
+	return nil
+}
+
+// bootIDPath is the kernel's ID of this boot, the one the kubelet reports
+// as the Node's status.nodeInfo.bootID.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// annotate merges ann into the node's own Node's annotations as its
+// kubelet (NodeRestriction lets a kubelet annotate its own Node).
+func (k asKubelet) annotate(ctx context.Context, what string, ann map[string]string) error {
+	kube, err := k.api.kubelet()
+	if err != nil {
+		return err
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	return retry.Wait(ctx, what+" published on node "+k.env.file.Name, publishBound, k.env.log, func(ctx context.Context) error {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, k.env.file.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsForbidden(err) {
+			return retry.Final(err) // no retry changes a refusal
+		}
+		return rejected(err)
+	})
+}
+
+// fileSHA256 is the hex SHA-256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

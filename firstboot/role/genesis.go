@@ -77,6 +77,7 @@ func (n *Node) genesisPhases() []phase {
 		{Name: "node-ready", Run: u.master.waitSelfReady},
 		{Name: "publish-version", Run: u.kubelet.publishVersion},
 		{Name: "validate", Once: true, Run: u.master.validate},
+		{Name: "role-done", Run: u.kubelet.publishRoleDone},
 	}
 }
 

@@ -40,6 +40,7 @@ func (n *Node) masterPhases() []phase {
 		{Name: "label", Once: true, Run: u.master.labelSelf},
 		{Name: "node-ready", Run: u.master.waitSelfReady},
 		{Name: "publish-version", Run: u.kubelet.publishVersion},
+		{Name: "role-done", Run: u.kubelet.publishRoleDone},
 	}
 }
 

@@ -20,5 +20,6 @@ func (n *Node) workerPhases() []phase {
 		{Name: "publish-version", Run: u.kubelet.publishVersion},
 		{Name: "request-labels", Once: true, Run: u.kubelet.requestLabels},
 		{Name: "joined", Once: true, Run: func(context.Context) error { return nil }},
+		{Name: "role-done", Run: u.kubelet.publishRoleDone},
 	}
 }
