@@ -89,6 +89,9 @@ func (r *Roller) Run(ctx context.Context, plan *Plan) error {
 	if err := plan.Err(); err != nil {
 		return err
 	}
+	if err := r.uncordonDone(ctx, plan); err != nil {
+		return err
+	}
 	todo := plan.ToRoll()
 	for i, s := range todo {
 		if err := r.node(s.Node, i+1, len(todo)).roll(ctx); err != nil {
@@ -97,6 +100,30 @@ func (r *Roller) Run(ctx context.Context, plan *Plan) error {
 		}
 	}
 	r.Log("rolled %d nodes onto kiln sha256:%s, Kubernetes %s", len(todo), short(r.Ask.KilnSHA256), r.Ask.Kubernetes)
+	return nil
+}
+
+// uncordonDone uncordons each worker the plan skips that an earlier run
+// cordoned and stopped before uncordoning: it runs the target, is
+// cordoned, and carries this rollout's ask for the target's kiln.
+func (r *Roller) uncordonDone(ctx context.Context, plan *Plan) error {
+	for _, s := range plan.Steps {
+		if s.Skip == "" || isMaster(s.Role) {
+			continue
+		}
+		obj, err := r.Planner.Kube.CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Node %s: %w", s.Node, err)
+		}
+		ask, err := upgradeask.DecodeAsk(obj.Annotations[upgradeask.AskAnnotation])
+		if err != nil || !obj.Spec.Unschedulable || ask.KilnSHA256 != r.Ask.KilnSHA256 {
+			continue
+		}
+		r.Log("%s: on the target image, still cordoned by an earlier run", s.Node)
+		if err := r.Drainer.Uncordon(ctx, s.Node, r.Log); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func newFakeNodes(t *testing.T, c fakeCluster, answers map[string]answer) *fakeN
 	return f
 }
 
-// step moves node name one state on once it is asked.
+// step moves node name one state on once the rollout asked it.
 func (f *fakeNodes) step(t *testing.T, name string) {
 	obj, err := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", name)
 	if err != nil {
@@ -84,7 +85,7 @@ func (f *fakeNodes) step(t *testing.T, name string) {
 	}
 	n := obj.(*corev1.Node).DeepCopy()
 	v, ok := n.Annotations[upgradeask.AskAnnotation]
-	if !ok {
+	if !ok || !slices.Contains(f.asked, name) {
 		return
 	}
 	ask, err := upgradeask.DecodeAsk(v)
@@ -224,6 +225,17 @@ func TestRoll(t *testing.T) {
 				f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, "")
 			},
 			asked: "m1 m2 m3 w1 w2", lines: []string{"[1/5] m1: staged", "[1/5] m1: passed the health gate"}},
+		{name: "a re-run uncordons a worker on the target an earlier run left cordoned", asked: "w2",
+			cluster: fakeCluster{}.with("m1", onTarget, ready).with("w1", onTarget, ready).with("m2", onTarget, ready).with("m3", onTarget, ready).with("w2", old, ready),
+			before: func(t *testing.T, f *fakeNodes) {
+				n := f.node(t, "w1").DeepCopy()
+				n.Spec.Unschedulable = true
+				a := rollAsk
+				a.Request = "0123456789abcdef"
+				n.Annotations[upgradeask.AskAnnotation], _ = a.Encode()
+				f.kube.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, "")
+			},
+			lines: []string{"w1: on the target image, still cordoned by an earlier run", "uncordoned Node w1", "[1/1] w2: passed the health gate"}},
 		{name: "a rollback stops the rollout with its reason", cluster: all(old), answers: map[string]answer{"m2": rollsBack},
 			asked: "m1 m2", lines: []string{"[1/5] m1: passed the health gate", "[2/5] m2: staged", "[2/5] m2: rebooted"},
 			err: []string{"stopped at node m2 (2 of 5", "health gate: m2 to pass the health gate on its new boot", "m2 answered request",
