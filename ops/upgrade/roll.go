@@ -99,7 +99,7 @@ func (r *Roller) Run(ctx context.Context, plan *Plan) error {
 				ErrStopped, s.Node, i+1, len(todo), err)
 		}
 	}
-	r.Log("rolled %d nodes onto kiln sha256:%s, Kubernetes %s", len(todo), short(r.Ask.KilnSHA256), r.Ask.Kubernetes)
+	r.Log("every node of the site runs kiln sha256:%s, Kubernetes %s", short(r.Ask.KilnSHA256), r.Ask.Kubernetes)
 	return nil
 }
 

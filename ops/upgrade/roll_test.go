@@ -207,13 +207,14 @@ func TestRoll(t *testing.T) {
 		asked    string
 		lines    []string
 		err      []string // substrings; none: the rollout succeeds
+		rollback bool     // the error carries the node's upgradeask.RolledBack
 		cordoned string   // the workers left cordoned
 	}{
 		{name: "every node rolls: masters one at a time, then workers cordoned, drained and uncordoned", cluster: all(old),
 			asked: "m1 m2 m3 w1 w2",
 			lines: []string{"[1/5] m1: asked to stage kiln sha256:050505050505, Kubernetes v1.37.1, and reboot (request ", "[1/5] m1: staged",
 				"[1/5] m1: rebooted", "[1/5] m1: passed the health gate in 2m0s", "[4/5] w1: cordoned Node w1", "[4/5] w1: no pod on w1 to evict",
-				"[4/5] w1: uncordoned Node w1", "rolled 5 nodes onto kiln sha256:050505050505, Kubernetes v1.37.1"}},
+				"[4/5] w1: uncordoned Node w1", "every node of the site runs kiln sha256:050505050505, Kubernetes v1.37.1"}},
 		{name: "a re-run resumes: nodes on the target are not asked", asked: "m3 w2",
 			cluster: fakeCluster{}.with("m1", onTarget, ready).with("w1", onTarget, ready).with("m2", onTarget, ready).with("m3", old, ready).with("w2", old, ready),
 			lines:   []string{"[1/2] m3: staged", "[2/2] w2: passed the health gate"}},
@@ -238,6 +239,7 @@ func TestRoll(t *testing.T) {
 			lines: []string{"w1: on the target image, still cordoned by an earlier run", "uncordoned Node w1", "[1/1] w2: passed the health gate"}},
 		{name: "a rollback stops the rollout with its reason", cluster: all(old), answers: map[string]answer{"m2": rollsBack},
 			asked: "m1 m2", lines: []string{"[1/5] m1: passed the health gate", "[2/5] m2: staged", "[2/5] m2: rebooted"},
+			rollback: true,
 			err: []string{"stopped at node m2 (2 of 5", "health gate: m2 to pass the health gate on its new boot", "m2 answered request",
 				"kiln: rolled back from b to a: health gate: apiserver not ready after 5m0s"}},
 		{name: "a node that never says staged times out, naming what it waited for", cluster: all(old), answers: map[string]answer{"m1": silent},
@@ -295,6 +297,10 @@ func TestRoll(t *testing.T) {
 				if err != nil && !strings.Contains(err.Error(), e) {
 					t.Errorf("error lacks %q:\n%v", e, err)
 				}
+			}
+			var rb *upgradeask.RolledBack
+			if errors.As(err, &rb) != tc.rollback {
+				t.Errorf("the error carries a rollback: %v, want %v", !tc.rollback, tc.rollback)
 			}
 			var cordoned []string
 			for _, w := range []string{"w1", "w2"} {
