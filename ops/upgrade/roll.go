@@ -135,7 +135,10 @@ type rolling struct {
 	bootBefore string
 	ask        upgradeask.Ask
 	askedAt    time.Time
-	stagedAt   time.Time
+	// lastHeartbeat is the Ready heartbeat of the boot before, when the
+	// node said it staged: the gate's Ready must be newer. It is the
+	// node's clock, so the operator's clock cannot skew the gate.
+	lastHeartbeat time.Time
 }
 
 func (r *Roller) node(name string, i, n int) *rolling {
@@ -216,11 +219,12 @@ func (n *rolling) writeAsk(ctx context.Context, value string) error {
 func (n *rolling) waitStaged(ctx context.Context) error {
 	what := fmt.Sprintf("%s to stage the build of request %s (%s)", n.name, n.ask.Request, upgradeask.StagedAnnotation)
 	err := n.wait(ctx, what, cmp.Or(n.Bounds.Staged, DefaultStageBound), func(ctx context.Context) error {
-		_, a, err := n.read(ctx)
+		obj, a, err := n.read(ctx)
 		switch {
 		case err != nil:
 			return err
 		case a.staged:
+			n.lastHeartbeat = readyHeartbeat(obj)
 			return nil
 		}
 		return errors.New("not staged yet")
@@ -228,7 +232,6 @@ func (n *rolling) waitStaged(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.stagedAt = n.now()
 	n.log("staged")
 	return nil
 }
@@ -256,7 +259,7 @@ func (n *rolling) waitReboot(ctx context.Context) error {
 
 // waitGate waits for the node to pass the health gate on its new boot.
 func (n *rolling) waitGate(ctx context.Context) error {
-	t := healthgate.Target{Node: n.name, Role: n.role, Boot: healthgate.After(n.bootBefore), Since: n.stagedAt, RoleDone: healthgate.Published{}}
+	t := healthgate.Target{Node: n.name, Role: n.role, Boot: healthgate.After(n.bootBefore), Since: n.lastHeartbeat, RoleDone: healthgate.Published{}}
 	what := fmt.Sprintf("%s to pass the health gate on its new boot", n.name)
 	err := n.wait(ctx, what, cmp.Or(n.Bounds.Gate, DefaultGateBound), func(ctx context.Context) error {
 		if _, _, err := n.read(ctx); err != nil {
@@ -269,6 +272,16 @@ func (n *rolling) waitGate(ctx context.Context) error {
 	}
 	n.log("passed the health gate in %s", n.now().Sub(n.askedAt).Round(time.Second))
 	return nil
+}
+
+// readyHeartbeat is the Node's Ready heartbeat; zero without one.
+func readyHeartbeat(obj *corev1.Node) time.Time {
+	for _, c := range obj.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // read reads the Node and its answers to the ask; an answer that ends

@@ -213,7 +213,7 @@ func TestRoll(t *testing.T) {
 		{name: "every node rolls: masters one at a time, then workers cordoned, drained and uncordoned", cluster: all(old),
 			asked: "m1 m2 m3 w1 w2",
 			lines: []string{"[1/5] m1: asked to stage kiln sha256:050505050505, Kubernetes v1.37.1, and reboot (request ", "[1/5] m1: staged",
-				"[1/5] m1: rebooted", "[1/5] m1: passed the health gate in 2m0s", "[4/5] w1: cordoned Node w1", "[4/5] w1: no pod on w1 to evict",
+				"[1/5] m1: rebooted", "[1/5] m1: passed the health gate in 1m0s", "[4/5] w1: cordoned Node w1", "[4/5] w1: no pod on w1 to evict",
 				"[4/5] w1: uncordoned Node w1", "every node of the site runs kiln sha256:050505050505, Kubernetes v1.37.1"}},
 		{name: "a re-run resumes: nodes on the target are not asked", asked: "m3 w2",
 			cluster: fakeCluster{}.with("m1", onTarget, ready).with("w1", onTarget, ready).with("m2", onTarget, ready).with("m3", old, ready).with("w2", old, ready),
