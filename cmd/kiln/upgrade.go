@@ -11,6 +11,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/imagemanifest"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/ops/nodeops"
 	"github.com/kiln-project/kiln/ops/upgrade"
 )
@@ -50,9 +51,12 @@ The plan's columns: ORDER, NODE, ROLE, FROM (what the node runs: its kubelet,
 a master's etcd, its kiln), TO (the image's), ACTION (roll, skip and why, or
 refused and the pre-checks that fail; each refusal follows the table).
 
-NOT BUILT YET: staging the image onto a node and rebooting it. Only --dry-run
-works; without it kiln upgrade prints the plan and exits 1 saying so, having
-changed nothing (or exits 0 when every node already runs the image).
+NOT BUILT YET: staging the image onto a node and rebooting it. The rollout
+asks each node, through annotations on its Node (` + upgradeask.AskAnnotation + `), to
+stage the image and reboot, and waits for its answer; no node acts on that ask
+yet, so a rollout would only wait out its bound. Only --dry-run works; without
+it kiln upgrade prints the plan and exits 1 saying so, having changed nothing
+(or exits 0 when every node already runs the image).
 
 Exit status: 0 when the plan may start, 1 when it is refused or the cluster
 cannot be read, 2 for a usage error (a missing site file or PKI directory, an

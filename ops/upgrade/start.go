@@ -7,9 +7,10 @@ import (
 )
 
 // ErrStagingNotBuilt is Start's answer for a plan with nodes to roll:
-// kiln cannot stage an image onto a node and reboot it yet.
-var ErrStagingNotBuilt = errors.New("staging an image onto a node and rebooting it is not built yet: " +
-	"only kiln upgrade --dry-run works; nothing was changed")
+// the rollout (Roller) asks a node to stage the image and reboot, and no
+// node acts on that ask yet, so it would only wait out its bound.
+var ErrStagingNotBuilt = errors.New("staging an image onto a node and rebooting it is not built yet " +
+	"(nodes do not act on kiln upgrade's ask): only kiln upgrade --dry-run works; nothing was changed")
 
 // Start is what a rollout of the plan does now: the plan's refusal, nil
 // when every node already runs the target image, else

@@ -6,9 +6,13 @@
 // each with its pre-checks (the node Ready, etcd healthy, and for a
 // master, etcd keeping quorum while it is down) and skipped when the
 // node already runs the target image, so a second run resumes where
-// the first stopped. A plan is what --dry-run prints. Staging the image
-// onto a node and rebooting it is not built yet; the health gate each
-// rebooted node must pass is node/healthgate's.
+// the first stopped. A plan is what --dry-run prints. The Roller runs a
+// plan: each node re-checked, a worker cordoned and drained
+// (nodeops.Drainer), the node asked through its Node to stage the build
+// and reboot (contract/upgradeask), then the bounded waits for its
+// answer, its new boot and node/healthgate's gate; it stops at the first
+// node that does not pass. The node side that answers the ask is not
+// built yet, so kiln upgrade does not run the Roller (Start).
 package upgrade
 
 import (

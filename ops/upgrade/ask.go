@@ -1,0 +1,119 @@
+package upgrade
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kiln-project/kiln/contract/imagemanifest"
+	"github.com/kiln-project/kiln/contract/netboot"
+	"github.com/kiln-project/kiln/contract/upgradeask"
+)
+
+// AskFor is the ask a rollout onto build writes, but its request ID:
+// the build's releases, its PXE artifacts' digests from its manifest,
+// and url, the base they are served under (kiln serve's, for one).
+func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
+	a := upgradeask.Ask{KilnSHA256: build.Versions.KilnSHA256, Kubernetes: build.Versions.Kubernetes, URL: url}
+	for _, f := range []struct {
+		name string
+		to   *string
+	}{{netboot.Kernel, &a.Artifacts.Kernel}, {netboot.Initrd, &a.Artifacts.Initrd}, {netboot.Rootfs, &a.Artifacts.Rootfs}} {
+		rel := path.Join(netboot.PXEDir, f.name)
+		for _, d := range build.Manifest.Artifacts {
+			if d.Path == rel {
+				*f.to = d.SHA256
+			}
+		}
+		if *f.to == "" {
+			return upgradeask.Ask{}, fmt.Errorf("%s: artifacts: no %s (the build was made without the pxe output): a node stages the PXE artifacts",
+				imagemanifest.Path(build.Dir), rel)
+		}
+	}
+	return a, nil
+}
+
+// requestID names the ask to node, on the boot bootBefore, for the
+// build of ask: asked again on the same boot (a re-run), the node is
+// asked the same, and an answer it gave stands; on a later boot (after
+// a rollback) the ask is a new one.
+func requestID(node, bootBefore string, ask upgradeask.Ask) string {
+	h := sha256.New()
+	for _, s := range []string{node, bootBefore, ask.KilnSHA256, ask.Artifacts.Kernel, ask.Artifacts.Initrd, ask.Artifacts.Rootfs, ask.URL} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// writeAsk writes the ask's value on Node name.
+func writeAsk(ctx context.Context, kube kubernetes.Interface, name, value string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgradeask.AskAnnotation: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("writing %s on Node %s: %w", upgradeask.AskAnnotation, name, err)
+	}
+	return nil
+}
+
+// answers are what a node published in answer to one request.
+type answers struct {
+	staged     bool
+	failed     *upgradeask.Failed
+	rolledBack *upgradeask.RolledBack
+}
+
+// answersTo reads the Node's answers to request; answers to other
+// requests are not its. A malformed answer is an error naming the
+// annotation.
+func answersTo(n *corev1.Node, request string) (answers, error) {
+	var a answers
+	if v, ok := n.Annotations[upgradeask.StagedAnnotation]; ok {
+		id, err := upgradeask.DecodeStaged(v)
+		if err != nil {
+			return a, err
+		}
+		a.staged = id == request
+	}
+	if v, ok := n.Annotations[upgradeask.FailedAnnotation]; ok {
+		f, err := upgradeask.DecodeFailed(v)
+		if err != nil {
+			return a, err
+		}
+		if f.Request == request {
+			a.failed = &f
+		}
+	}
+	if v, ok := n.Annotations[upgradeask.RolledBackAnnotation]; ok {
+		r, err := upgradeask.DecodeRolledBack(v)
+		if err != nil {
+			return a, err
+		}
+		if r.Request == request {
+			a.rolledBack = &r
+		}
+	}
+	return a, nil
+}
+
+// refusal is the answer that ends the node's step: a failed stage or a
+// rollback; nil while there is none.
+func (a answers) refusal() error {
+	switch {
+	case a.rolledBack != nil:
+		return a.rolledBack
+	case a.failed != nil:
+		return a.failed
+	}
+	return nil
+}
