@@ -5,6 +5,8 @@
 // server's bind, a client's connect can take it ("bind: address already
 // in use", seen with three etcds on one host). These ports come from
 // below that range, where only a listener asks for a port by number.
+// A test picks all its ports before it starts any server, so a port is
+// handed out at most once per process.
 package freeport
 
 import (
@@ -14,7 +16,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
+
+// given are the ports handed out in this process: free when picked, but
+// not yet bound by the server they were picked for.
+var given = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // Below the usual ephemeral range (net.ipv4.ip_local_port_range is
 // 32768-60999 by default): the pick is checked against the host's own.
@@ -32,6 +42,9 @@ func Get() (int, error) {
 	}
 	for range 100 {
 		port := lo + rand.IntN(hi-lo)
+		if !take(port) {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -55,4 +68,15 @@ func ephemeralStart() (int, bool) {
 	}
 	lo, err := strconv.Atoi(f[0])
 	return lo, err == nil && lo > low
+}
+
+// take marks port handed out; false when it already was.
+func take(port int) bool {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports[port] {
+		return false
+	}
+	given.ports[port] = true
+	return true
 }

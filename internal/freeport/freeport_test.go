@@ -25,3 +25,19 @@ func TestGet(t *testing.T) {
 		l.Close()
 	}
 }
+
+// Ports a test picks before it binds any are all different: two servers
+// given the same port would race for it.
+func TestGetNeverRepeatsAPort(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		port, err := Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
