@@ -41,8 +41,19 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 		st.Role.Phase = path
 		write()
 	}}
+	trial, terr := trialOf(ctx, root, sys, logf)
+	if terr != nil {
+		logf("this boot's slot is not judged: %v", terr)
+	}
 	start := time.Now()
 	res, err := runChecked(ctx, root, n)
+	if trial != nil {
+		boot := (&Agent{Root: root}).bootID()
+		trial.Gate = func(ctx context.Context) error { return n.Gate(ctx, boot) }
+		if verr := trial.Decide(ctx, err); verr != nil && err == nil {
+			err = verr
+		}
+	}
 	if err != nil {
 		st.Role.State, st.Role.Error = "error", err.Error()
 		write()

@@ -448,3 +448,35 @@ same cleanup once etcd confirms its member is gone.`,
 	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
 	return cmd
 }
+
+func newBootSlotCmd() *cobra.Command {
+	var root string
+	var deadline time.Duration
+	cmd := &cobra.Command{
+		Use:   "slot",
+		Short: "Conclude this boot's root slot and keep a trying boot's deadline (run by kiln-boot-slot.service)",
+		Long: `Read the boot-state record GRUB left on the ESP (/kiln/grubenv) and conclude
+what this boot of a disk node is (docs/upgrade.md):
+
+- the active slot: nothing to do;
+- the active slot after a trying boot of the other slot that was not marked
+  good: clear the stage, keep why in the record, and say on the console
+  "kiln: rolled back from <slot> to <slot>: <reason>";
+- the trying boot of a staged slot: the role marks it good after its health
+  gate (kiln firstboot role). This command keeps its deadline: if the boot has
+  no verdict --deadline after the kernel started, whatever stopped the agent,
+  it records "no verdict within <deadline> of the boot" and reboots, and GRUB
+  boots the active slot.
+
+A boot that names no slot (kiln.slot=: an ISO or PXE boot) has nothing to do.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return firstboot.RunBootSlot(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{}, deadline)
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
+	cmd.Flags().DurationVar(&deadline, "deadline", firstboot.TrialDeadline, "how long after the kernel started a trying boot may go without a verdict")
+	return cmd
+}

@@ -59,11 +59,16 @@ func (s Slot) Initrd() string { return "/kiln/" + string(s) + "/initrd.img" }
 func (s Slot) Root() string { return "live:PARTLABEL=" + s.PartLabel() }
 
 // Cmdline is the kernel command line that boots slot s, before the image
-// spec's extra arguments.
+// spec's extra arguments. panic= reboots a kernel that panics (a root it
+// cannot mount, say), so a trying boot that dies that way comes back on
+// the active slot.
 func Cmdline(s Slot) []string {
 	args := append([]string{"root=" + s.Root()}, netboot.BaseCmdline...)
-	return append(args, SlotArg+"="+string(s))
+	return append(args, PanicArg, SlotArg+"="+string(s))
 }
+
+// PanicArg makes the kernel reboot 10 s after a panic.
+const PanicArg = "panic=10"
 
 // EnvPath is the record's file on the ESP, a BlockSize GRUB environment
 // block that must exist before GRUB first boots: save_env rewrites a file
