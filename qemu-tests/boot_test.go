@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/firstboot/source"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
@@ -103,6 +104,70 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	expectConformance(t, v)
 	if _, ok := v.Find(regexp.MustCompile(`state partition created`)); ok {
 		t.Error("the second boot created the state partition again")
+	}
+	panickingTryRollsBack(t, v, disk)
+}
+
+// panickingTryRollsBack stages slot b on the powered-off raw disk with an
+// initrd the kernel cannot use: GRUB tries b once (saving its tries as
+// 0 first), the kernel panics for want of a root, and the boot after comes
+// back on slot a, where kiln-boot-slot says the rollback on the console
+// and writes it into the record.
+func panickingTryRollsBack(t *testing.T, v *vm.VM, disk string) {
+	t.Helper()
+	v.PowerCut()
+	r, err := bootslot.Decode(readESPFile(t, disk, bootslot.EnvPath))
+	if err != nil {
+		t.Fatalf("the record the builder and two boots left: %v", err)
+	}
+	if r.State() != "active a" || r.SlotA.Version == "" {
+		t.Fatalf("the record after two boots of slot a: %s (slot a %+v)", r.State(), r.SlotA)
+	}
+	broken := bootslot.Image{Version: "broken-initrd", Digest: "sha256-" + strings.Repeat("0", 64)}
+	r, err = bootslot.Stage(r, bootslot.B, broken)
+	if err == nil {
+		r, err = bootslot.StageWritten(r, bootslot.B, broken.Digest)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kernel := filepath.Join(dir, "vmlinuz")
+	if err := os.WriteFile(kernel, readESPFile(t, disk, bootslot.A.Kernel()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeESPFile(t, disk, bootslot.B.Kernel(), kernel)
+	junk := filepath.Join(dir, "initrd.img")
+	if err := os.WriteFile(junk, []byte("not an initramfs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeESPFile(t, disk, bootslot.B.Initrd(), junk)
+	rec, err := bootslot.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := filepath.Join(dir, "grubenv")
+	if err := os.WriteFile(env, rec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeESPFile(t, disk, bootslot.EnvPath, env)
+
+	if err := v.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, v, `Kernel panic - not syncing`)
+	v.PowerCut() // the guest reboots by itself (panic=10); QEMU runs with -no-reboot
+	if err := v.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, v, `kiln: rolled back from b to a: its trying boot ended before it was marked good`)
+	waitLine(t, v, doneLine+"state")
+	after, err := bootslot.Decode(readESPFile(t, disk, bootslot.EnvPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State() != "active a" || after.LastRollback.From != bootslot.B {
+		t.Errorf("the record after the rollback: %s, last rollback %+v", after.State(), after.LastRollback)
 	}
 }
 

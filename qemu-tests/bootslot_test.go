@@ -121,6 +121,18 @@ func readESPFile(t *testing.T, disk, path string) []byte {
 	return data
 }
 
+// writeESPFile copies src over path on the FAT ESP at 1 MiB into disk.
+func writeESPFile(t *testing.T, disk, path, src string) {
+	t.Helper()
+	dir := filepath.Dir(path)
+	if dir != "/" {
+		cmd := exec.Command("mmd", "-i", disk+"@@1M", "::"+dir)
+		cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+		_ = cmd.Run() // exists already, or the copy says what is wrong
+	}
+	runTool(t, filepath.Dir(disk), "mcopy", "-o", "-i", disk+"@@1M", src, "::"+path)
+}
+
 func runTool(t *testing.T, dir, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
