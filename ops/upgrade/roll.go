@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/internal/steps"
@@ -262,15 +263,33 @@ func (n *rolling) waitGate(ctx context.Context) error {
 	t := healthgate.Target{Node: n.name, Role: n.role, Boot: healthgate.After(n.bootBefore), Since: n.lastHeartbeat, RoleDone: healthgate.Published{}}
 	what := fmt.Sprintf("%s to pass the health gate on its new boot", n.name)
 	err := n.wait(ctx, what, cmp.Or(n.Bounds.Gate, DefaultGateBound), func(ctx context.Context) error {
-		if _, _, err := n.read(ctx); err != nil {
+		obj, _, err := n.read(ctx)
+		if err != nil {
 			return err
 		}
-		return n.Gate.Check(ctx, t)
+		if err := n.Gate.Check(ctx, t); err != nil {
+			return err
+		}
+		return n.onTarget(obj)
 	})
 	if err != nil {
 		return err
 	}
 	n.log("passed the health gate in %s", n.now().Sub(n.askedAt).Round(time.Second))
+	return nil
+}
+
+// onTarget is nil when the Node says it runs the ask's build: a node
+// that passes the gate on its old image (its stage was never tried) has
+// not rolled.
+func (n *rolling) onTarget(obj *corev1.Node) error {
+	if got := obj.Annotations[nodefile.KilnDigestAnnotation]; got != n.ask.KilnSHA256 {
+		return fmt.Errorf("%s passed the health gate but runs kiln sha256:%s (%s), not the target's sha256:%s",
+			n.name, short(got), nodefile.KilnDigestAnnotation, short(n.ask.KilnSHA256))
+	}
+	if got := obj.Status.NodeInfo.KubeletVersion; got != n.ask.Kubernetes {
+		return fmt.Errorf("%s passed the health gate but its kubelet is %s, not the target's %s", n.name, got, n.ask.Kubernetes)
+	}
 	return nil
 }
 

@@ -45,6 +45,7 @@ const (
 	noRole                     // stages and reboots, but its role never finishes
 	garbles                    // answers with a malformed staged annotation
 	stagedBefore               // staged for an earlier run on this boot: does not answer again, reboots
+	oldImage                   // stages, reboots, comes back Ready on its old image without saying why
 )
 
 // fakeNodes simulates the node side of the protocol behind a fake
@@ -139,7 +140,7 @@ func (f *fakeNodes) serve(n *corev1.Node, ask upgradeask.Ask, how answer) {
 		n.Annotations[upgradeask.RolledBackAnnotation], _ = upgradeask.RolledBack{Request: ask.Request, From: "b", To: "a",
 			Reason: "health gate: apiserver not ready after 5m0s"}.Encode()
 	}
-	if how != rolls && how != noRole && how != stagedBefore {
+	if how != rolls && how != noRole && how != stagedBefore && how != oldImage {
 		return
 	}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
@@ -147,6 +148,9 @@ func (f *fakeNodes) serve(n *corev1.Node, ask upgradeask.Ask, how answer) {
 		return
 	}
 	n.Annotations[nodefile.RoleDoneAnnotation] = n.Status.NodeInfo.BootID
+	if how == oldImage {
+		return
+	}
 	n.Annotations[nodefile.KilnDigestAnnotation] = ask.KilnSHA256
 	n.Status.NodeInfo.KubeletVersion = ask.Kubernetes
 	if n.Name[0] == 'm' {
@@ -249,6 +253,9 @@ func TestRoll(t *testing.T) {
 		{name: "a node whose role never finishes does not pass the gate", cluster: all(old), answers: map[string]answer{"m1": noRole},
 			asked: "m1", lines: []string{"[1/5] m1: rebooted"},
 			err: []string{"gave up after 15m0s: node m1 has not passed the health gate: role: the genesis role is not done on any boot"}},
+		{name: "a node back on its old image has not rolled", cluster: all(old), answers: map[string]answer{"m1": oldImage},
+			asked: "m1", lines: []string{"[1/5] m1: rebooted"},
+			err: []string{"at node m1", "m1 passed the health gate but runs kiln sha256:", "not the target's sha256:"}},
 		{name: "a malformed answer stops the rollout", cluster: all(old), answers: map[string]answer{"m1": garbles},
 			asked: "m1", err: []string{"at node m1", `kiln.dev/upgrade-staged: malformed upgrade annotation: request "Staged!"`}},
 		{name: "quorum lost since the plan: refused at the re-check, naming the member", cluster: all(old),
