@@ -94,6 +94,11 @@ type Planner struct {
 	Kube   kubernetes.Interface
 	Etcd   Etcd
 	Target imagemanifest.Versions
+	// AcceptOutage lets a cluster with fewer than three voting members,
+	// which loses quorum whichever master reboots, roll all the same: its
+	// API is down while each master reboots. A quorum refusal of a
+	// larger cluster stands.
+	AcceptOutage bool
 }
 
 // cluster is what the planner read of the cluster.
@@ -130,6 +135,9 @@ func (p *Planner) Plan(ctx context.Context) (*Plan, error) {
 		s := p.step(ctx, c, sn, i+1)
 		if s.Skip != "" && s.notReady != "" {
 			plan.Problems = append(plan.Problems, fmt.Sprintf("node %s is %s: the rollout starts only when every node of the site is Ready", s.Node, s.notReady))
+		}
+		if s.outage && s.Skip == "" {
+			plan.Notes = append(plan.Notes, fmt.Sprintf("etcd has %d voting members: it loses quorum, and the cluster's API is down, while %s reboots (--accept-outage)", voters(c.members), s.Node))
 		}
 		plan.Steps = append(plan.Steps, s.Step)
 	}
@@ -188,6 +196,8 @@ type planned struct {
 	Step
 	notReady string
 	member   *etcdmember.Member // a master's, when it has exactly one
+	// outage: its quorum refusal was lifted by AcceptOutage.
+	outage bool
 }
 
 func (s *planned) refuse(name, format string, args ...any) {
@@ -225,7 +235,10 @@ func (p *Planner) step(ctx context.Context, c *cluster, sn site.Node, order int)
 	}
 	p.skew(&s)
 	if s.member != nil {
-		if r := etcdmember.FailureRefusal(ctx, c.health, c.members, *s.member); r != nil {
+		switch r := etcdmember.FailureRefusal(ctx, c.health, c.members, *s.member); {
+		case r != nil && p.AcceptOutage && voters(c.members) < 3 && len(c.down) == 0:
+			s.outage = true
+		case r != nil:
 			s.refuse("quorum", "%s. %s", r.Why, r.WayOut)
 		}
 	}
@@ -334,4 +347,15 @@ func unpublished(steps []Step) []string {
 	}
 	return []string{fmt.Sprintf("rolled because they publish no %s (their agent predates it), so kiln cannot tell which image they run: %s",
 		nodefile.KilnDigestAnnotation, strings.Join(names, ", "))}
+}
+
+// voters counts the voting members.
+func voters(list []etcdmember.Member) int {
+	n := 0
+	for _, m := range list {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
 }

@@ -152,6 +152,8 @@ func TestPlan(t *testing.T) {
 		cluster  fakeCluster
 		actions  map[string]string
 		problems int
+		// acceptOutage is Planner.AcceptOutage (--accept-outage).
+		acceptOutage bool
 	}{
 		{name: "a fresh rollout: masters first, one at a time, then workers", site: threeMasters, cluster: all(old),
 			actions: map[string]string{"m1": "roll", "m2": "roll", "m3": "roll", "w1": "roll", "w2": "roll"}},
@@ -170,6 +172,11 @@ func TestPlan(t *testing.T) {
 		{name: "two masters: neither keeps quorum down", site: twoMasters,
 			cluster: fakeCluster{}.with("m1", old, ready).with("m2", old, ready).with("w1", old, ready),
 			actions: map[string]string{"m1": "refused: quorum", "m2": "refused: quorum", "w1": "roll"}},
+		{name: "two masters, the outage accepted: both roll", site: twoMasters, acceptOutage: true,
+			cluster: fakeCluster{}.with("m1", old, ready).with("m2", old, ready).with("w1", old, ready),
+			actions: map[string]string{"m1": "roll", "m2": "roll", "w1": "roll"}},
+		{name: "three masters, one down, the outage accepted: still refused", site: threeMasters, cluster: all(old).down("m3"), acceptOutage: true,
+			actions: map[string]string{"m1": "refused: etcd health, quorum", "m2": "refused: etcd health, quorum"}},
 		{name: "a worker NotReady", site: threeMasters,
 			cluster: fakeCluster{}.with("m1", old, ready).with("w1", old, notReady).with("m2", old, ready).with("m3", old, ready).with("w2", old, ready),
 			actions: map[string]string{"m1": "roll", "w1": "refused: ready"}},
@@ -188,7 +195,7 @@ func TestPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &Planner{Site: s, Kube: fake.NewClientset(tc.cluster.objs...), Etcd: tc.cluster.etcd, Target: target}
+			p := &Planner{Site: s, Kube: fake.NewClientset(tc.cluster.objs...), Etcd: tc.cluster.etcd, Target: target, AcceptOutage: tc.acceptOutage}
 			plan, err := p.Plan(context.Background())
 			if err != nil {
 				t.Fatal(err)
