@@ -32,13 +32,15 @@ func TestUpgradeRefusesBadInputWithStatus2(t *testing.T) {
 		want []string
 	}{
 		{"no --image", []string{"-f", siteFile, "--pki", pkiDir}, []string{`"image" not set`}},
-		{"an --image with no build", []string{"-f", siteFile, "--pki", pkiDir, "--image", dir},
+		{"an --image with no build", []string{"-f", siteFile, "--pki", pkiDir, "--image", dir, "--dry-run"},
 			[]string{"--image " + dir, "not the output of kiln build", filepath.Join(dir, "node.manifest.json")}},
-		{"an --image whose manifest is not JSON", []string{"-f", siteFile, "--pki", pkiDir, "--image", notJSON},
+		{"an --image whose manifest is not JSON", []string{"-f", siteFile, "--pki", pkiDir, "--image", notJSON, "--serve", "127.0.0.1:0"},
 			[]string{filepath.Join(notJSON, "node.manifest.json"), "not the output of kiln build"}},
 		{"an --image missing an artifact", []string{"-f", siteFile, "--pki", pkiDir, "--image", missing, "--dry-run"},
 			[]string{"artifacts[0] pxe/rootfs.squashfs", "no such file"}},
-		{"no PKI", []string{"-f", siteFile, "--pki", filepath.Join(dir, "none"), "--image", dir}, []string{"--pki " + filepath.Join(dir, "none")}},
+		{"no PKI", []string{"-f", siteFile, "--pki", filepath.Join(dir, "none"), "--image", dir, "--url", "http://10.0.0.1:8470"}, []string{"--pki " + filepath.Join(dir, "none")}},
+		{"nowhere to fetch the build from", []string{"-f", siteFile, "--pki", pkiDir, "--image", dir}, []string{"give --serve ADDR", "or --url URL"}},
+		{"both --serve and --url", []string{"-f", siteFile, "--pki", pkiDir, "--image", dir, "--serve", ":8470", "--url", "http://x"}, []string{"--serve and --url both"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -55,13 +57,13 @@ func TestUpgradeRefusesBadInputWithStatus2(t *testing.T) {
 	}
 }
 
-// kiln upgrade --help says what is not built.
-func TestUpgradeHelpSaysWhatIsNotBuilt(t *testing.T) {
+// kiln upgrade --help explains the rollout.
+func TestUpgradeHelp(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"upgrade", "--help"}, &out, &out); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"--dry-run", "NOT BUILT YET", "quorum", "health gate", "skipped minor"} {
+	for _, w := range []string{"--dry-run", "--serve", "--accept-outage", "rolls back", "quorum", "health gate", "skipped minor"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("help lacks %q", w)
 		}

@@ -230,3 +230,25 @@ func CertExpiry(s *site.Site, st pki.Store) func(site.Node) (time.Time, error) {
 		return first, nil
 	}
 }
+
+// MasterReady is nil when master name's own apiserver is ready, asked at
+// its address with the admin credentials (the readiness checks of
+// readyzAside left out): the health gate's apiserver check of a master,
+// from the operator's machine.
+func MasterReady(ctx context.Context, s *site.Site, st pki.Store, name string) error {
+	i := slices.IndexFunc(s.Masters(), func(m site.Node) bool { return m.Name == name })
+	if i < 0 {
+		return fmt.Errorf("%s is not a master of the site %s", name, s.File)
+	}
+	m := s.Masters()[i]
+	data, err := nodeconfig.AdminKubeconfigFor(s, st)
+	if err != nil {
+		return fmt.Errorf("the admin kubeconfig from the PKI in %s: %w", st.Dir, err)
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return fmt.Errorf("the admin kubeconfig: %w", err)
+	}
+	_, err = connectMaster(ctx, s, kc, m, readyzAside(s), func(string, ...any) {})
+	return err
+}

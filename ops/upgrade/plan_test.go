@@ -238,33 +238,6 @@ func TestRolloutOrder(t *testing.T) {
 	}
 }
 
-// Start never pretends: a plan with nodes to roll is refused as not
-// built, a refused plan keeps its refusal, and a plan with nothing to
-// roll is done.
-func TestStart(t *testing.T) {
-	roll := Step{Order: 1, Node: "m1", Role: "genesis"}
-	done := Step{Order: 2, Node: "w1", Role: "worker", Skip: "already on the target image"}
-	refused := Step{Order: 1, Node: "m1", Role: "genesis", Refusals: []Check{{Name: "quorum", Why: "..."}}}
-	for _, tc := range []struct {
-		name  string
-		plan  Plan
-		want  error
-		names string
-	}{
-		{"nodes to roll", Plan{Steps: []Step{roll, done}}, ErrStagingNotBuilt, "it would roll m1, in that order"},
-		{"a refused step", Plan{Steps: []Step{refused, done}}, ErrRefused, "m1"},
-		{"a problem", Plan{Steps: []Step{roll}, Problems: []string{"node w1 is NotReady"}}, ErrRefused, "1 problems"},
-		{"nothing to roll", Plan{Steps: []Step{done}}, nil, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.plan.Start()
-			if !errors.Is(err, tc.want) || (err != nil && !strings.Contains(err.Error(), tc.names)) {
-				t.Errorf("Start() = %v, want %v naming %q", err, tc.want, tc.names)
-			}
-		})
-	}
-}
-
 // The plan asks each member for its status once (a member that does not
 // answer costs a 5 s bound each time), and every pre-check reads that.
 func TestPlanAsksEachMemberOnce(t *testing.T) {
