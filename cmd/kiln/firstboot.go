@@ -60,7 +60,7 @@ It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
 			return runAgent(ctx, agent)
 		},
 	}
-	cmd.AddCommand(newRoleCmd(), newBootSlotCmd(), newHostKeysCmd(), newLeaveWatchCmd())
+	cmd.AddCommand(newRoleCmd(), newBootSlotCmd(), newUpgradeServiceCmd(), newHostKeysCmd(), newLeaveWatchCmd())
 	cmd.Flags().StringVar(&root, "root", "/", "root of the node to configure (for tests)")
 	cmd.Flags().BoolVar(&once, "once", false, "do not wait for a config: fail when there is none")
 	cmd.Flags().BoolVar(&noSystemd, "no-systemd", false, "write units but do not reload, enable or start them (no running systemd)")

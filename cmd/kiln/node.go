@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kiln-project/kiln/contract/upgradeask"
 	"net/http"
 	"net/netip"
 	"os"
@@ -478,5 +479,35 @@ A boot that names no slot (kiln.slot=: an ISO or PXE boot) has nothing to do.`,
 	}
 	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
 	cmd.Flags().DurationVar(&deadline, "deadline", firstboot.TrialDeadline, "how long after the kernel started a trying boot may go without a verdict")
+	return cmd
+}
+
+func newUpgradeServiceCmd() *cobra.Command {
+	var root string
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Act on kiln upgrade's ask on this node's Node (run by kiln-upgrade.service)",
+		Long: `Watch this node's own Node, as its kubelet, for kiln upgrade's ask
+(` + upgradeask.AskAnnotation + `), and act on each request once (docs/upgrade.md):
+
+- fetch the build's vmlinuz, initrd.img and rootfs.squashfs from the ask's URL,
+  check each against the ask's sha256, write the root into the slot this boot
+  does not run and read it back, the kernel and initrd onto the ESP, and mark
+  the slot staged for one try in the boot-state record;
+- answer ` + upgradeask.StagedAnnotation + ` and reboot, or ` + upgradeask.FailedAnnotation + ` with
+  why it could not stage (it keeps running its image);
+- on the boots after, answer how the stage ended when it rolled back
+  (` + upgradeask.RolledBackAnnotation + `) or never finished.
+
+The last stage is kept in ` + firstboot.UpgradeStagePath + `. A node booted from
+the ISO or by PXE has no root slots: it answers each ask that it cannot stage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return firstboot.RunUpgrade(ctx, root, cmd.OutOrStdout(), firstboot.HostSystem{})
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root of the node (for tests)")
 	return cmd
 }

@@ -57,10 +57,6 @@ const (
 	// EtcdSnapshotDir holds a master's scheduled etcd snapshots, on the
 	// state partition beside etcd's data (docs/operations.md).
 	EtcdSnapshotDir = VarDir + "/etcd-snapshots"
-	// UpgradeStagedPath records which upgrade request the stage of a root
-	// slot answers (firstboot/stage writes it), for the answer the node
-	// gives after the reboot onto that slot rolls back.
-	UpgradeStagedPath = VarDir + "/upgrade-staged.json"
 	// FirstBootFlag marks a boot that made the state partition, for the
 	// units of a config that run once (ConditionPathExists=).
 	FirstBootFlag = RunDir + "/first-boot"

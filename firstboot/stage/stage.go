@@ -19,11 +19,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
-	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/contract/upgradeask"
 )
@@ -48,9 +46,6 @@ type Stager struct {
 	Store Store
 	Fetch Fetcher
 	Disk  Partitions
-	// StagedPath is where a stage records the request it answers
-	// (WriteStaged): layout.UpgradeStagedPath under the node's root.
-	StagedPath string
 	// FetchTimeout bounds each artifact's fetch; 0 is
 	// DefaultFetchTimeout.
 	FetchTimeout time.Duration
@@ -62,11 +57,10 @@ type Stager struct {
 // store on its mounted ESP.
 func New(root string, store Store, log func(format string, args ...any)) *Stager {
 	return &Stager{
-		Store:      store,
-		Fetch:      HTTPFetcher{},
-		Disk:       DevPartitions{Root: root},
-		StagedPath: filepath.Join(root, layout.UpgradeStagedPath),
-		Log:        log,
+		Store: store,
+		Fetch: HTTPFetcher{},
+		Disk:  DevPartitions{Root: root},
+		Log:   log,
 	}
 }
 
@@ -125,11 +119,6 @@ func (s *Stager) Stage(ctx context.Context, ask upgradeask.Ask, booted bootslot.
 		return bootslot.Stage(r, slot, img)
 	})
 	if err != nil {
-		return fail(err)
-	}
-	// Recorded before the slot can be tried, so a rollback from it is
-	// always answered with the request that staged it.
-	if err := WriteStaged(s.StagedPath, Staged{Request: ask.Request, Slot: slot, Version: img.Version}); err != nil {
 		return fail(err)
 	}
 	if res.AlreadyStaged {

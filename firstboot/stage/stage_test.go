@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -120,7 +118,6 @@ func (n *node) partPath(s bootslot.Slot) string {
 	return filepath.Join(n.root, "dev/disk/by-partlabel", s.PartLabel())
 }
 
-func (n *node) stagedPath() string { return filepath.Join(n.root, "var/lib/kiln/upgrade-staged.json") }
 
 // corrupt flips a byte of what is read back from a partition.
 type corrupt struct{ Partition }
@@ -172,17 +169,16 @@ func TestStage(t *testing.T) {
 		boot     bool // the ESP holds the new kernel and initrd at slot b's paths
 		already  bool
 		kept     bool // the record is left as it was
-		recorded bool // the staged request is recorded
 	}{
 		{name: "a good stage", rec: activeA, booted: bootslot.A,
-			state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true, recorded: true},
+			state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true},
 		{name: "replacing an unfinished stage",
 			rec:    bootslot.Record{Active: bootslot.A, Staged: bootslot.B, Phase: bootslot.PhaseWriting, SlotA: v1, SlotB: older},
-			booted: bootslot.A, state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true, recorded: true},
+			booted: bootslot.A, state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true},
 		{name: "replacing an untried stage of another image", rec: staged(older), booted: bootslot.A,
-			state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true, recorded: true},
+			state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true},
 		{name: "the image already staged: nothing fetched", rec: staged(newImg), booted: bootslot.A,
-			state: "active a, staged b (tries 1)", fetches: 0, part: partUntouched, already: true, kept: true, recorded: true},
+			state: "active a, staged b (tries 1)", fetches: 0, part: partUntouched, already: true, kept: true},
 		{name: "a trying boot is judged first", rec: trying, booted: bootslot.B,
 			wantErr: []string{"this boot runs slot b, but the record's active slot is a", "marked good or rolled back"},
 			state:   "active a, staged b (tries 0)", part: partUntouched, kept: true},
@@ -194,29 +190,29 @@ func TestStage(t *testing.T) {
 		{name: "the root's digest differs", rec: activeA, booted: bootslot.A,
 			serve:   map[string]http.HandlerFunc{netboot.Rootfs: serveBytes(other)},
 			wantErr: []string{"rootfs.squashfs from {url}/rootfs.squashfs has sha256 " + sum256(other), "the ask's is " + sum256(rootfs)},
-			state:   "active a, writing b", fetches: 1, part: partAny, recorded: true},
+			state:   "active a, writing b", fetches: 1, part: partAny},
 		{name: "the kernel's digest differs", rec: activeA, booted: bootslot.A,
 			serve:   map[string]http.HandlerFunc{netboot.Kernel: serveBytes([]byte("another kernel"))},
 			wantErr: []string{"vmlinuz from {url}/vmlinuz has sha256 " + sum256([]byte("another kernel")), "the ask's is " + sum256(kernel)},
-			state:   "active a, writing b", fetches: 2, part: partWritten, recorded: true},
+			state:   "active a, writing b", fetches: 2, part: partWritten},
 		{name: "a root larger than the partition", rec: activeA, booted: bootslot.A, size: 256 << 10,
 			wantErr: []string{"rootfs.squashfs from {url}/rootfs.squashfs is 300000 bytes, larger than partition KILN-ROOT-B (262144 bytes): nothing written"},
-			state:   "active a, writing b", fetches: 1, part: partUntouched, recorded: true},
+			state:   "active a, writing b", fetches: 1, part: partUntouched},
 		{name: "a root of unknown size that passes the partition's end", rec: activeA, booted: bootslot.A, size: 256 << 10,
 			serve:   map[string]http.HandlerFunc{netboot.Rootfs: chunked},
 			wantErr: []string{"writing rootfs.squashfs from {url}/rootfs.squashfs into partition KILN-ROOT-B: it is larger than the partition (262144 bytes)"},
-			state:   "active a, writing b", fetches: 1, part: partAny, recorded: true},
+			state:   "active a, writing b", fetches: 1, part: partAny},
 		{name: "an HTTP 404", rec: activeA, booted: bootslot.A,
 			serve:   map[string]http.HandlerFunc{netboot.Rootfs: http.NotFound},
 			wantErr: []string{"fetching rootfs.squashfs: GET {url}/rootfs.squashfs: 404 Not Found"},
-			state:   "active a, writing b", fetches: 1, part: partUntouched, recorded: true},
+			state:   "active a, writing b", fetches: 1, part: partUntouched},
 		{name: "a server that stops answering", rec: activeA, booted: bootslot.A, timeout: 200 * time.Millisecond,
 			serve:   map[string]http.HandlerFunc{netboot.Kernel: func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }},
 			wantErr: []string{"fetching vmlinuz: ", "gave up waiting for vmlinuz from {url}/vmlinuz after 200ms"},
-			state:   "active a, writing b", fetches: 2, part: partWritten, recorded: true},
+			state:   "active a, writing b", fetches: 2, part: partWritten},
 		{name: "a root that reads back wrong", rec: activeA, booted: bootslot.A, corrupt: true,
 			wantErr: []string{"rootfs.squashfs reads back from partition KILN-ROOT-B with sha256 ", "it was written with " + sum256(rootfs)},
-			state:   "active a, writing b", fetches: 1, part: partWritten, recorded: true},
+			state:   "active a, writing b", fetches: 1, part: partWritten},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			size := tc.size
@@ -266,14 +262,6 @@ func TestStage(t *testing.T) {
 				if tc.boot != bytes.Equal(got, want) {
 					t.Errorf("ESP %s holds %q; want the new one: %v", path, got, tc.boot)
 				}
-			}
-			st, serr := ReadStaged(n.stagedPath())
-			want := Staged{Request: n.ask.Request, Slot: bootslot.B, Version: newImg.Version}
-			switch {
-			case tc.recorded && (serr != nil || st != want):
-				t.Errorf("staged request %+v, %v; want %+v", st, serr, want)
-			case !tc.recorded && !errors.Is(serr, fs.ErrNotExist):
-				t.Errorf("staged request recorded: %+v, %v", st, serr)
 			}
 			if err != nil {
 				return
@@ -331,46 +319,3 @@ func TestImageForFitsTheRecord(t *testing.T) {
 	}
 }
 
-func TestStagedRoundTrip(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "var/lib/kiln/upgrade-staged.json")
-	if _, err := ReadStaged(path); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("no file: %v, want fs.ErrNotExist", err)
-	}
-	want := Staged{Request: "3f2a9c0d11e4b7a8", Slot: bootslot.B, Version: newImg.Version}
-	if err := WriteStaged(path, want); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadStaged(path)
-	if err != nil || got != want {
-		t.Fatalf("ReadStaged = %+v, %v; want %+v", got, err, want)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("file mode: %v, %v", fi.Mode(), err)
-	}
-	next := Staged{Request: "0123456789abcdef", Slot: bootslot.A, Version: older.Version}
-	if err := WriteStaged(path, next); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ReadStaged(path); err != nil || got != next {
-		t.Errorf("after a second stage: %+v, %v; want %+v", got, err, next)
-	}
-
-	for _, tc := range []struct{ name, content, wantErr string }{
-		{"a bad request", `{"request":"Not-A-Request","slot":"b","version":"v1"}`, "request"},
-		{"a bad slot", `{"request":"3f2a","slot":"c","version":"v1"}`, `slot: slot "c"`},
-		{"no version", `{"request":"3f2a","slot":"b"}`, "no image version"},
-		{"an unknown field", `{"request":"3f2a","slot":"b","version":"v1","x":1}`, "unknown field"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ReadStaged(path); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("ReadStaged: %v, want an error with %q", err, tc.wantErr)
-			}
-		})
-	}
-	if err := WriteStaged(path, Staged{Request: "3f2a", Slot: "c", Version: "v1"}); err == nil {
-		t.Error("WriteStaged wrote a bad slot")
-	}
-}

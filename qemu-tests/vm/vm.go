@@ -121,6 +121,24 @@ func (v *VM) PowerCut() {
 	v.cmd = nil
 }
 
+// WaitExit waits for QEMU to exit by itself: the guest rebooted or
+// powered off (QEMU runs with -no-reboot). Restart powers it on again.
+func (v *VM) WaitExit(timeout time.Duration) error {
+	if v.cmd == nil {
+		return nil
+	}
+	select {
+	case err := <-v.exited:
+		v.cmd = nil
+		if err != nil {
+			return fmt.Errorf("VM %s: QEMU exited: %w", v.Name, err)
+		}
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("VM %s: still running after %s, want the guest to reboot", v.Name, timeout)
+	}
+}
+
 // Restart powers the VM on again with the same disks and NVRAM; change
 // v.Ignition first to boot with another (or no) config.
 func (v *VM) Restart() error {
