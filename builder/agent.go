@@ -30,6 +30,10 @@ func (b *build) installAgent(ctx context.Context) error {
 		return fmt.Errorf("reading the kiln binary to bake in: %w", err)
 	}
 	files := []file{{path: agentBinary, data: string(data), mode: 0o755}}
+	if b.opts.TestFailHealthGate {
+		files = append(files, file{path: layout.FailGateSwitch, mode: 0o644,
+			data: "kiln build --test-fail-health-gate: a trying boot of this image fails its health gate on purpose\n"})
+	}
 	var enable []string
 	for _, u := range units.All() {
 		files = append(files, file{path: filepath.Join(unitDir, u.Name), data: string(u.Contents), mode: 0o644})

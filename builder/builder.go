@@ -29,12 +29,15 @@ import (
 // Options configure one build.
 type Options struct {
 	Spec       *images.Spec
-	OutDir     string    // artifacts land here
-	CacheDir   string    // slow inputs, keyed by content
-	KilnBinary string    // the static kiln binary baked into the image
-	Progress   io.Writer // one line per step start and end
-	Runner     Runner    // nil: ExecRunner
-	Now        func() time.Time
+	OutDir     string // artifacts land here
+	CacheDir   string // slow inputs, keyed by content
+	KilnBinary string // the static kiln binary baked into the image
+	// TestFailHealthGate bakes in layout.FailGateSwitch: a test-only
+	// image whose trying boots fail their health gate.
+	TestFailHealthGate bool
+	Progress           io.Writer // one line per step start and end
+	Runner             Runner    // nil: ExecRunner
+	Now                func() time.Time
 	// NoBaseOverlay untars the cached base into the work directory
 	// instead of mounting an overlay on its extracted tree.
 	NoBaseOverlay bool

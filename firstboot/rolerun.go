@@ -3,15 +3,18 @@ package firstboot
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/role"
 	"github.com/kiln-project/kiln/internal/atomicfile"
+	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/catalog"
 )
 
@@ -50,6 +53,11 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	if trial != nil {
 		boot := (&Agent{Root: root}).bootID()
 		trial.Gate = func(ctx context.Context) error { return n.Gate(ctx, boot) }
+		if _, err := os.Stat(filepath.Join(root, layout.FailGateSwitch)); err == nil {
+			trial.Gate = func(context.Context) error {
+				return retry.Final(errors.New("test switch: this build fails its health gate on purpose"))
+			}
+		}
 		if verr := trial.Decide(ctx, err); verr != nil && err == nil {
 			err = verr
 		}

@@ -17,7 +17,7 @@ import (
 
 func newBuildCmd() *cobra.Command {
 	var specPath, outDir, cacheDir string
-	var noOverlay bool
+	var noOverlay, failGate bool
 	cmd := &cobra.Command{
 		Use:   "build [-f SPEC] [-o DIR]",
 		Short: "Bake a node image (ISO, raw GPT disk, PXE set) from an image spec",
@@ -58,13 +58,15 @@ the build refuse before it starts. Other files in DIR are left alone.`,
 			defer stop()
 			return runBuild(ctx, builder.Options{
 				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Progress: cmd.ErrOrStderr(),
-				NoBaseOverlay: noOverlay,
+				NoBaseOverlay: noOverlay, TestFailHealthGate: failGate,
 			})
 		},
 	}
 	cmd.Flags().StringVarP(&specPath, "file", "f", "", "image spec (default: the embedded images/node.yaml)")
 	cmd.Flags().StringVarP(&outDir, "output", "o", "out", "directory the artifacts are written to")
 	cmd.Flags().StringVar(&cacheDir, "cache", defaultCacheDir(), "cache directory for slow inputs ($KILN_CACHE)")
+	cmd.Flags().BoolVar(&failGate, "test-fail-health-gate", false, "a test-only image whose trying boots fail their health gate")
+	cmd.Flags().MarkHidden("test-fail-health-gate")
 	cmd.Flags().BoolVar(&noOverlay, "no-base-overlay", false, "untar the cached base root filesystem instead of mounting an overlay on its extracted tree (slower; the artifacts are the same)")
 	return cmd
 }

@@ -57,6 +57,10 @@ const (
 	// EtcdSnapshotDir holds a master's scheduled etcd snapshots, on the
 	// state partition beside etcd's data (docs/operations.md).
 	EtcdSnapshotDir = VarDir + "/etcd-snapshots"
+	// FailGateSwitch, in a build made with the hidden test switch kiln
+	// build --test-fail-health-gate, makes the role fail the health gate
+	// of a trying boot on purpose: the upgrade scenario's bad image.
+	FailGateSwitch = LibDir + "/test-fail-health-gate"
 	// FirstBootFlag marks a boot that made the state partition, for the
 	// units of a config that run once (ConditionPathExists=).
 	FirstBootFlag = RunDir + "/first-boot"

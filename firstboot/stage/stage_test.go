@@ -118,7 +118,6 @@ func (n *node) partPath(s bootslot.Slot) string {
 	return filepath.Join(n.root, "dev/disk/by-partlabel", s.PartLabel())
 }
 
-
 // corrupt flips a byte of what is read back from a partition.
 type corrupt struct{ Partition }
 
@@ -154,21 +153,21 @@ func TestStage(t *testing.T) {
 	chunked := func(w http.ResponseWriter, _ *http.Request) { w.Write(rootfs) } // no Content-Length
 
 	for _, tc := range []struct {
-		name     string
-		rec      bootslot.Record
-		booted   bootslot.Slot
-		size     int64                       // slot partitions' size; 0 is partSize
-		serve    map[string]http.HandlerFunc // artifacts served otherwise
-		ask      func(*upgradeask.Ask)
-		corrupt  bool          // the partition reads back wrong
-		timeout  time.Duration // Stager.FetchTimeout
-		wantErr  []string      // in the error; {url} is the ask's URL
-		state    string        // the record's, afterwards
-		fetches  int32
-		part     int  // slot b's partition: partAny, partUntouched, partWritten
-		boot     bool // the ESP holds the new kernel and initrd at slot b's paths
-		already  bool
-		kept     bool // the record is left as it was
+		name    string
+		rec     bootslot.Record
+		booted  bootslot.Slot
+		size    int64                       // slot partitions' size; 0 is partSize
+		serve   map[string]http.HandlerFunc // artifacts served otherwise
+		ask     func(*upgradeask.Ask)
+		corrupt bool          // the partition reads back wrong
+		timeout time.Duration // Stager.FetchTimeout
+		wantErr []string      // in the error; {url} is the ask's URL
+		state   string        // the record's, afterwards
+		fetches int32
+		part    int  // slot b's partition: partAny, partUntouched, partWritten
+		boot    bool // the ESP holds the new kernel and initrd at slot b's paths
+		already bool
+		kept    bool // the record is left as it was
 	}{
 		{name: "a good stage", rec: activeA, booted: bootslot.A,
 			state: "active a, staged b (tries 1)", fetches: 3, part: partWritten, boot: true},
@@ -318,4 +317,3 @@ func TestImageForFitsTheRecord(t *testing.T) {
 		t.Errorf("the record refuses the image: %v", err)
 	}
 }
-
