@@ -11,7 +11,7 @@ VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
 export KILN_CACHE
 
-.PHONY: all deps kiln image test unit integration qemu-test cluster-test rebuild-test bench soak fuzz components clean
+.PHONY: all deps kiln image upgrade-images test unit integration qemu-test cluster-test rebuild-test bench soak fuzz components clean
 
 all: image
 
@@ -72,6 +72,17 @@ qemu-test: image
 CLUSTER_TESTS ?= TestClusterJoinsAndSurvivesPowerCut
 cluster-test: image
 	KILN_QEMU=1 KILN_CLUSTER=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 100m -parallel 4 -v -run '^($(CLUSTER_TESTS))$$' ./qemu-tests/ 2>&1 | tee $(OUT)/cluster-test.log; $(RECAP) $(OUT)/cluster-test.log; exit $$rc
+
+# Two more builds of the default image for the upgrade scenario
+# (qemu-tests/upgrade_test.go), beside $(OUT): v2 differs from $(OUT) in
+# its kiln binary only (another version string), v3 is a third kiln whose
+# trying boots fail their health gate on purpose. Warm, each is a rebuild
+# of the kiln layer and the artifacts.
+upgrade-images: image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -buildid= -X main.version=$(VERSION)-upgrade-v2' -o bin/kiln-upgrade-v2 ./cmd/kiln
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -buildid= -X main.version=$(VERSION)-upgrade-v3' -o bin/kiln-upgrade-v3 ./cmd/kiln
+	./bin/kiln-upgrade-v2 build $(if $(SPEC),-f $(SPEC)) -o $(OUT)-upgrade-v2
+	./bin/kiln-upgrade-v3 build $(if $(SPEC),-f $(SPEC)) --test-fail-health-gate -o $(OUT)-upgrade-v3
 
 rebuild-test: image
 	KILN_REBUILD=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 20m -v -run TestRebuildIsByteIdentical ./builder/

@@ -48,6 +48,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	if terr != nil {
 		logf("this boot's slot is not judged: %v", terr)
 	}
+	n.DeferRoleDone = trial != nil
 	start := time.Now()
 	res, err := runChecked(ctx, root, n)
 	if trial != nil {
@@ -60,6 +61,8 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 		}
 		if verr := trial.Decide(ctx, err); verr != nil && err == nil {
 			err = verr
+		} else if err == nil {
+			n.PublishRoleDone(ctx) // says why when it cannot
 		}
 	}
 	if err != nil {

@@ -33,6 +33,8 @@ type asKubelet struct {
 	wait  time.Duration
 	// version is Node.Version: "" publishes nothing.
 	version string
+	// deferRoleDone is Node.DeferRoleDone.
+	deferRoleDone bool
 }
 
 // waitReadyAsKubelet waits until the node's own Node is Ready, asked as
@@ -117,6 +119,13 @@ func (k asKubelet) publishVersion(ctx context.Context) error {
 // finished on this boot. A failure is said; the gate then waits, and a
 // rollout stops at this node rather than pass it unseen.
 func (k asKubelet) publishRoleDone(ctx context.Context) error {
+	if k.deferRoleDone {
+		return nil // published after the trying boot's verdict (Node.PublishRoleDone)
+	}
+	return k.roleDone(ctx)
+}
+
+func (k asKubelet) roleDone(ctx context.Context) error {
 	id, err := os.ReadFile(k.env.path(bootIDPath))
 	if err == nil {
 		err = k.annotate(ctx, "role done", map[string]string{nodefile.RoleDoneAnnotation: strings.TrimSpace(string(id))})

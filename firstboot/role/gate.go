@@ -61,3 +61,12 @@ func (n *Node) Gate(ctx context.Context, bootID string) error {
 	}
 	return err
 }
+
+// PublishRoleDone publishes this boot as the one the role is done on
+// (nodefile.RoleDoneAnnotation), after Run with DeferRoleDone.
+func (n *Node) PublishRoleDone(ctx context.Context) error {
+	if n.file == nil {
+		return errors.New("the role has not loaded the node file")
+	}
+	return n.units().kubelet.roleDone(ctx)
+}

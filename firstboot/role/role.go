@@ -57,6 +57,10 @@ type Node struct {
 	// Version is the agent's (the image's kiln), published on the Node
 	// every boot; "" publishes nothing.
 	Version string
+	// DeferRoleDone keeps the role-done phase from publishing: on a
+	// trying boot the role is done for the rollout only once the slot is
+	// marked good, which PublishRoleDone then says.
+	DeferRoleDone bool
 	// Phase is told the path of each phase as it starts
 	// ("master/etcd-join"); nil: nobody.
 	Phase func(path string)

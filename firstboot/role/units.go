@@ -41,7 +41,7 @@ func (n *Node) units() *units {
 		join: &masterJoin{env: env, survey: survey, beacon: &waitingBeacon{env: env, port: port}, api: api, cni: cni, files: files,
 			etcd: etcdJoiner{env: env, startNode: files.startNode, bounds: n.joinBounds}, sys: n.Sys, wait: n.Wait, port: port},
 		master:  asMaster{env: env, api: api, local: local, cni: cni, wait: n.Wait},
-		kubelet: asKubelet{env: env, api: api, local: local, cni: cni, wait: n.Wait, version: n.Version},
+		kubelet: asKubelet{env: env, api: api, local: local, cni: cni, wait: n.Wait, version: n.Version, deferRoleDone: n.DeferRoleDone},
 	}
 	return n.u
 }
