@@ -57,7 +57,7 @@ the build refuse before it starts. Other files in DIR are left alone.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runBuild(ctx, builder.Options{
-				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Progress: cmd.ErrOrStderr(),
+				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Version: version, Progress: cmd.ErrOrStderr(),
 				NoBaseOverlay: noOverlay,
 			})
 		},
