@@ -95,9 +95,26 @@ func TestSlotSize(t *testing.T) {
 	}
 }
 
+// The ESP holds GRUB, boot.cfg and the record, and three sets of a
+// slot's kernel and initrd half as large again: the running slot's, and
+// the staged slot's old and new ones while a stage replaces them.
+func TestESPSize(t *testing.T) {
+	for _, tc := range []struct{ common, slotBoot, want int64 }{
+		{1 * mib, 52 * mib, 243 * mib},    // the default image: 1 + 3*78 + 8
+		{1, 1, minFAT32 + 8*mib},          // the FAT32 floor
+		{0, 8 * mib, minFAT32 + 8*mib},    // 36 + 8 is under the floor
+		{0, 12 * mib, 62 * mib},           // 54 + 8
+		{1*mib + 1, 100 * mib, 460 * mib}, // 1 MiB and a byte + 450 + 8, rounded up
+	} {
+		if got := espSize(tc.common, tc.slotBoot); got != tc.want {
+			t.Errorf("espSize(%d, %d) = %d MiB + %d, want %d MiB", tc.common, tc.slotBoot, got/mib, got%mib, tc.want/mib)
+		}
+	}
+}
+
 func TestRawLayoutIsAlignedAndFitsItsContent(t *testing.T) {
 	for _, tc := range []struct{ esp, root int64 }{{70 * mib, 375 * mib}, {1, 1}, {200*mib + 3, 1*mib + 1}} {
-		l := rawLayout(tc.esp, tc.root)
+		l := rawLayout(1*mib, tc.esp, tc.root)
 		size := func(p sectors) int64 { return int64(p.end-p.start+1) * 512 }
 		for _, p := range []sectors{l.esp, l.rootA, l.rootB} {
 			if p.start*512%uint64(mib) != 0 || (p.end+1)*512%uint64(mib) != 0 {
@@ -107,8 +124,8 @@ func TestRawLayoutIsAlignedAndFitsItsContent(t *testing.T) {
 		if l.esp.start != uint64(mib/512) || l.rootA.start != l.esp.end+1 || l.rootB.start != l.rootA.end+1 {
 			t.Errorf("%+v: the partitions do not follow each other from 1 MiB", l)
 		}
-		if size(l.esp) < tc.esp || size(l.esp) < minFAT32 {
-			t.Errorf("%+v: ESP too small for %d", l, tc.esp)
+		if size(l.esp) != espSize(1*mib, tc.esp) || size(l.esp) < 1*mib+3*tc.esp || size(l.esp) < minFAT32 {
+			t.Errorf("%+v: ESP of %d bytes, want espSize(1 MiB, %d)", l, size(l.esp), tc.esp)
 		}
 		if size(l.rootA) != slotSize(tc.root) || size(l.rootB) != slotSize(tc.root) {
 			t.Errorf("%+v: slots of %d and %d bytes, want both slotSize(%d) = %d", l, size(l.rootA), size(l.rootB), tc.root, slotSize(tc.root))

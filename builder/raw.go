@@ -16,9 +16,9 @@ import (
 )
 
 // writeRaw writes a GPT disk image with go-diskfs: an ESP holding GRUB,
-// slot a's kernel and initramfs, the A/B boot script and the boot-state
-// record (contract/bootslot), then the two root slots, a holding the
-// squashfs and b empty. The disk ends right after slot b; the agent
+// slot a's kernel and initramfs (with room for slot b's), the A/B boot
+// script and the boot-state record (contract/bootslot), then the two
+// root slots, a holding the squashfs and b empty. The disk ends right after slot b; the agent
 // creates the state partition in whatever space the real disk has beyond.
 func (b *build) writeRaw(ctx context.Context) error {
 	squash := filepath.Join(b.work, "rootfs.squashfs")
@@ -34,26 +34,22 @@ func (b *build) writeRaw(ctx context.Context) error {
 		return err
 	}
 	boot := filepath.Join(b.work, "boot")
-	espFiles := []espFile{
-		{filepath.Join(b.work, "BOOTX64.EFI"), efiLoader},
-		{filepath.Join(boot, "vmlinuz"), bootslot.A.Kernel()},
-		{filepath.Join(boot, "initrd.img"), bootslot.A.Initrd()},
-		{cfg, bootConfig},
-		{env, bootslot.EnvPath},
+	common := []espFile{{filepath.Join(b.work, "BOOTX64.EFI"), efiLoader}, {cfg, bootConfig}, {env, bootslot.EnvPath}}
+	slotFiles := []espFile{{filepath.Join(boot, "vmlinuz"), bootslot.A.Kernel()}, {filepath.Join(boot, "initrd.img"), bootslot.A.Initrd()}}
+	commonSize, err := filesSize(common)
+	if err != nil {
+		return err
 	}
-	var content int64
-	for _, f := range espFiles {
-		n, err := fileSize(f.src)
-		if err != nil {
-			return err
-		}
-		content += n
+	slotBoot, err := filesSize(slotFiles)
+	if err != nil {
+		return err
 	}
 	rootSize, err := fileSize(squash)
 	if err != nil {
 		return err
 	}
-	layout := rawLayout(content, rootSize)
+	espFiles := append(append([]espFile(nil), common...), slotFiles...)
+	layout := rawLayout(commonSize, slotBoot, rootSize)
 	path := filepath.Join(b.stage, RawName)
 	// diskfs.Create truncates a new file to the disk's size: every byte
 	// not written below (slot b, slot a past the squashfs) is a hole.
@@ -117,6 +113,19 @@ func recordVersion(v string) string {
 	return v
 }
 
+// filesSize is the sum of the sizes of files' sources.
+func filesSize(files []espFile) (int64, error) {
+	var total int64
+	for _, f := range files {
+		n, err := fileSize(f.src)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // copyAt writes the file src into dst at offset.
 func copyAt(dst string, offset int64, src string) error {
 	in, err := os.Open(src)
@@ -158,11 +167,23 @@ func slotSize(rootSize int64) int64 {
 	return roundUp(rootSize+max(rootSize/2, 256*mib), 64*mib)
 }
 
-// rawLayout sizes the ESP for its content with room to spare (and above
-// the FAT32 minimum) and both root slots by slotSize, each partition
-// 1 MiB-aligned, plus 1 MiB at each end for the GPT headers.
-func rawLayout(espContent, rootSize int64) diskLayout {
-	esp := max(roundUp(espContent+espContent/4+8*mib, mib), minFAT32+8*mib)
+// espSize is the size of the ESP for GRUB, boot.cfg and the record
+// (common bytes) and a slot's kernel and initrd (slotBoot bytes): room
+// for three sets of a slot's boot files, each half as large again, plus
+// 8 MiB, rounded up to 1 MiB and above the FAT32 minimum. A stage
+// installs the other slot's kernel and initrd beside the running slot's,
+// each through a temporary file renamed over the old one, so the old
+// and the new set of the staged slot are there at once; a later image's
+// may be larger.
+func espSize(common, slotBoot int64) int64 {
+	return max(roundUp(common+3*(slotBoot+slotBoot/2)+8*mib, mib), minFAT32+8*mib)
+}
+
+// rawLayout sizes the ESP by espSize and both root slots by slotSize,
+// each partition 1 MiB-aligned, plus 1 MiB at each end for the GPT
+// headers.
+func rawLayout(espCommon, slotBoot, rootSize int64) diskLayout {
+	esp := espSize(espCommon, slotBoot)
 	slot := slotSize(rootSize)
 	const sector = 512
 	next := uint64(mib / sector)
