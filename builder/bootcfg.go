@@ -4,19 +4,21 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kiln-project/kiln/contract/layout"
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/contract/netboot"
 )
 
-// Labels the boot chain finds the root by; docs/architecture.md names them.
+// Labels the boot chain finds the root by (the raw disk's root slots are
+// contract/bootslot's); docs/architecture.md names them.
 const (
 	ISOVolumeID   = "KILN"
 	ESPPartLabel  = "KILN-ESP"
-	RootPartLabel = layout.RootPartLabel
 	isoSquashPath = "/LiveOS/squashfs.img"
-	bootKernel    = "/kiln/vmlinuz"
-	bootInitrd    = "/kiln/initrd.img"
-	bootConfig    = "/kiln/boot.cfg"
+	// bootKernel and bootInitrd are the ISO's; the raw disk's are each
+	// slot's (bootslot.Slot.Kernel, Initrd).
+	bootKernel = "/kiln/vmlinuz"
+	bootInitrd = "/kiln/initrd.img"
+	bootConfig = "/kiln/boot.cfg"
 )
 
 // baseCmdline is common to every boot path (contract/netboot owns it:
@@ -31,8 +33,12 @@ func cmdline(root string, extra []string) string {
 // ISOCmdline boots the squashfs from a CD (or the ISO written to a disk).
 func ISOCmdline(extra []string) string { return cmdline("live:CDLABEL="+ISOVolumeID, extra) }
 
-// RawCmdline boots the squashfs partition of the raw disk.
-func RawCmdline(extra []string) string { return cmdline("live:PARTLABEL="+RootPartLabel, extra) }
+// RawCmdline is the command line the raw disk's GRUB script boots slot a
+// with (bootslot.Cmdline, then the spec's extra arguments); kiln-bench
+// boots the disk's kernel directly with it.
+func RawCmdline(extra []string) string {
+	return strings.Join(append(bootslot.Cmdline(bootslot.A), extra...), " ")
+}
 
 // grubEmbedded is baked into the EFI GRUB binary: it finds whichever
 // medium carries /kiln/boot.cfg (the ISO or the raw disk's ESP).
@@ -52,6 +58,14 @@ menuentry "kiln" {
 	initrd %s
 }
 `, bootKernel, cmd, bootInitrd)
+}
+
+// rawBootCfg is the raw disk's GRUB menu: one entry, no wait, whose body
+// is the A/B script (bootslot.Script). It loads the record from $root, the
+// ESP that grubEmbedded found /kiln/boot.cfg on, and boots the slot the
+// record names.
+func rawBootCfg(extra []string) string {
+	return "set timeout=0\nset default=0\nmenuentry \"kiln\" {\n" + bootslot.Script(extra) + "}\n"
 }
 
 // isolinuxCfg boots the ISO under BIOS.

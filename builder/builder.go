@@ -32,6 +32,7 @@ type Options struct {
 	OutDir     string // artifacts land here
 	CacheDir   string // slow inputs, keyed by content
 	KilnBinary string // the static kiln binary baked into the image
+	Version    string // its kiln version, slot a's in the raw disk's boot-state record ("": "dev")
 	// TestFailHealthGate bakes in layout.FailGateSwitch: a test-only
 	// image whose trying boots fail their health gate.
 	TestFailHealthGate bool

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/contract/netboot"
 	"github.com/kiln-project/kiln/images"
 	"github.com/kiln-project/kiln/internal/golden"
@@ -28,7 +29,7 @@ func TestBootConfigsGolden(t *testing.T) {
 	extra := []string{"quiet"}
 	checkGolden(t, "isolinux.cfg", isolinuxCfg(ISOCmdline(extra)))
 	checkGolden(t, "grub-iso.cfg", grubBootCfg(ISOCmdline(extra)))
-	checkGolden(t, "grub-raw.cfg", grubBootCfg(RawCmdline(extra)))
+	checkGolden(t, "grub-raw.cfg", rawBootCfg(extra))
 	checkGolden(t, "grub-embedded.cfg", grubEmbedded)
 	checkGolden(t, "boot.ipxe", ipxeScript(extra))
 }
@@ -44,27 +45,93 @@ func TestSpecArgsReadBackFromBootIPXE(t *testing.T) {
 }
 
 func TestSerialConsoleIsLastSoTheAgentLineReachesIt(t *testing.T) {
-	for _, c := range []string{ISOCmdline(nil), RawCmdline(nil)} {
-		f := strings.Fields(c)
-		if f[len(f)-1] != "console=ttyS0,115200" {
+	slotB := strings.Join(bootslot.Cmdline(bootslot.B), " ")
+	for _, c := range []string{ISOCmdline(nil), RawCmdline(nil), slotB} {
+		last := ""
+		for _, f := range strings.Fields(c) {
+			if strings.HasPrefix(f, "console=") {
+				last = f
+			}
+		}
+		if last != "console=ttyS0,115200" {
 			t.Errorf("%q: the last console= must be the serial port", c)
+		}
+	}
+}
+
+// The raw disk's command line is the one its GRUB script boots slot a
+// with.
+func TestRawCmdlineIsSlotAsInTheScript(t *testing.T) {
+	extra := []string{"quiet"}
+	want := "linux " + bootslot.A.Kernel() + " " + RawCmdline(extra) + "\n"
+	if !strings.Contains(bootslot.Script(extra), want) {
+		t.Errorf("the script does not boot slot a with %q:\n%s", want, bootslot.Script(extra))
+	}
+}
+
+// Each slot holds the squashfs and half as much again, at least 256 MiB
+// more, in 64 MiB steps, so a later, larger image fits the slot it is
+// staged into.
+func TestSlotSize(t *testing.T) {
+	for _, tc := range []struct{ root, want int64 }{
+		{1, 320 * mib},             // 256 MiB and a byte
+		{64 * mib, 320 * mib},      // 64 + 256, on a step
+		{348 * mib, 640 * mib},     // the default image: 348 + 256 = 604
+		{384 * mib, 640 * mib},     // 384 + 256, on a step
+		{384*mib + 1, 704 * mib},   // a byte over a step
+		{512 * mib, 768 * mib},     // half of it is 256 MiB
+		{512*mib + 2, 832 * mib},   // the half wins from here
+		{1000*mib + 1, 1536 * mib}, // 1500 MiB and a byte
+		{1024 * mib, 1536 * mib},   // 1024 + 512, on a step
+		{4 << 30, 6 << 30},         // 4 GiB + 2 GiB
+	} {
+		got := slotSize(tc.root)
+		if got != tc.want {
+			t.Errorf("slotSize(%d MiB + %d) = %d MiB, want %d MiB", tc.root/mib, tc.root%mib, got/mib, tc.want/mib)
+		}
+		if got%(64*mib) != 0 || got < tc.root+tc.root/2 || got < tc.root+256*mib {
+			t.Errorf("slotSize(%d) = %d: not a 64 MiB multiple with room for half as much again and 256 MiB", tc.root, got)
+		}
+	}
+}
+
+// The ESP holds GRUB, boot.cfg and the record, and three sets of a
+// slot's kernel and initrd half as large again: the running slot's, and
+// the staged slot's old and new ones while a stage replaces them.
+func TestESPSize(t *testing.T) {
+	for _, tc := range []struct{ common, slotBoot, want int64 }{
+		{1 * mib, 52 * mib, 243 * mib},    // the default image: 1 + 3*78 + 8
+		{1, 1, minFAT32 + 8*mib},          // the FAT32 floor
+		{0, 8 * mib, minFAT32 + 8*mib},    // 36 + 8 is under the floor
+		{0, 12 * mib, 62 * mib},           // 54 + 8
+		{1*mib + 1, 100 * mib, 460 * mib}, // 1 MiB and a byte + 450 + 8, rounded up
+	} {
+		if got := espSize(tc.common, tc.slotBoot); got != tc.want {
+			t.Errorf("espSize(%d, %d) = %d MiB + %d, want %d MiB", tc.common, tc.slotBoot, got/mib, got%mib, tc.want/mib)
 		}
 	}
 }
 
 func TestRawLayoutIsAlignedAndFitsItsContent(t *testing.T) {
 	for _, tc := range []struct{ esp, root int64 }{{70 * mib, 375 * mib}, {1, 1}, {200*mib + 3, 1*mib + 1}} {
-		l := rawLayout(tc.esp, tc.root)
-		if l.espStart*512%uint64(mib) != 0 || l.rootStart*512%uint64(mib) != 0 {
-			t.Errorf("%+v: partitions not 1 MiB aligned", l)
+		l := rawLayout(1*mib, tc.esp, tc.root)
+		size := func(p sectors) int64 { return int64(p.end-p.start+1) * 512 }
+		for _, p := range []sectors{l.esp, l.rootA, l.rootB} {
+			if p.start*512%uint64(mib) != 0 || (p.end+1)*512%uint64(mib) != 0 {
+				t.Errorf("%+v: partitions not 1 MiB aligned", l)
+			}
 		}
-		espBytes := int64(l.espEnd-l.espStart+1) * 512
-		rootBytes := int64(l.rootEnd-l.rootStart+1) * 512
-		if espBytes < tc.esp || espBytes < minFAT32 || rootBytes < tc.root {
-			t.Errorf("%+v: too small for esp %d root %d", l, tc.esp, tc.root)
+		if l.esp.start != uint64(mib/512) || l.rootA.start != l.esp.end+1 || l.rootB.start != l.rootA.end+1 {
+			t.Errorf("%+v: the partitions do not follow each other from 1 MiB", l)
 		}
-		if int64(l.rootEnd+1)*512+mib != l.total {
-			t.Errorf("%+v: 1 MiB must remain after the root for the backup GPT", l)
+		if size(l.esp) != espSize(1*mib, tc.esp) || size(l.esp) < 1*mib+3*tc.esp || size(l.esp) < minFAT32 {
+			t.Errorf("%+v: ESP of %d bytes, want espSize(1 MiB, %d)", l, size(l.esp), tc.esp)
+		}
+		if size(l.rootA) != slotSize(tc.root) || size(l.rootB) != slotSize(tc.root) {
+			t.Errorf("%+v: slots of %d and %d bytes, want both slotSize(%d) = %d", l, size(l.rootA), size(l.rootB), tc.root, slotSize(tc.root))
+		}
+		if int64(l.rootB.end+1)*512+mib != l.total {
+			t.Errorf("%+v: 1 MiB must remain after slot b for the backup GPT", l)
 		}
 	}
 }

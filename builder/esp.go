@@ -21,9 +21,10 @@ const (
 	efiLoader = "/EFI/BOOT/BOOTX64.EFI"
 )
 
-// grubModules are linked into the EFI GRUB image.
+// grubModules are linked into the EFI GRUB image; loadenv gives the raw
+// disk's A/B script load_env and save_env (contract/bootslot).
 var grubModules = []string{"part_gpt", "part_msdos", "fat", "iso9660", "search", "search_fs_file",
-	"linux", "normal", "configfile", "serial", "terminal", "echo", "test", "all_video", "gzio", "zstd"}
+	"linux", "normal", "configfile", "loadenv", "serial", "terminal", "echo", "test", "all_video", "gzio", "zstd"}
 
 // bootLoaders builds the EFI GRUB shared by the ISO and the raw disk; BIOS
 // boots use isolinux from the host's syslinux packages. grub-mkimage with

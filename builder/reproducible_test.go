@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-project/kiln/builder/gobuild"
@@ -13,7 +15,8 @@ import (
 )
 
 // TestRebuildIsByteIdentical builds the default image again, from the
-// same spec, kiln binary and cached base, and compares every artifact's
+// same spec, kiln binary (and its version, which the raw disk's
+// boot-state record holds) and cached base, and compares every artifact's
 // sha256 with the manifest of the build in KILN_OUT. make qemu-test runs it
 // (KILN_REBUILD=1) after make image; it needs root and takes minutes.
 func TestRebuildIsByteIdentical(t *testing.T) {
@@ -28,7 +31,7 @@ func TestRebuildIsByteIdentical(t *testing.T) {
 	}
 	again := t.TempDir()
 	cache := gobuild.DefaultCacheDir()
-	opts := Options{Spec: spec, OutDir: again, CacheDir: cache, KilnBinary: bin, Progress: io.Discard}
+	opts := Options{Spec: spec, OutDir: again, CacheDir: cache, KilnBinary: bin, Version: kilnVersion(t, bin), Progress: io.Discard}
 	if err := Build(context.Background(), opts); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +44,21 @@ func TestRebuildIsByteIdentical(t *testing.T) {
 			t.Errorf("%s differs: first build %s (%d bytes), rebuild %s (%d bytes)", a.Path, a.SHA256, a.Size, g.SHA256, g.Size)
 		}
 	}
+}
+
+// kilnVersion is the version the kiln binary at bin says it is, which
+// kiln build passes as Options.Version.
+func kilnVersion(t *testing.T, bin string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "kiln version ")
+	if !ok {
+		t.Fatalf("%s --version said %q, not kiln version <version>", bin, out)
+	}
+	return v
 }
 
 func readManifest(t *testing.T, path string) Manifest {

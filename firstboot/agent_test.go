@@ -264,11 +264,11 @@ func TestFailedDiskProbeStopsTheAgent(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			root := nodeRoot(t, `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hello"}}]}}`)
-			for _, p := range []string{"/dev/vda", "/dev/disk/by-partlabel/KILN-ROOT"} {
+			for _, p := range []string{"/dev/vda", "/dev/disk/by-partlabel/KILN-ROOT-A"} {
 				os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
 				os.WriteFile(filepath.Join(root, p), nil, 0o644)
 			}
-			tc.answers["lsblk -ndo PKNAME "+filepath.Join(root, "/dev/disk/by-partlabel/KILN-ROOT")] = answer{"vda\n", nil}
+			tc.answers["lsblk -ndo PKNAME "+filepath.Join(root, "/dev/disk/by-partlabel/KILN-ROOT-A")] = answer{"vda\n", nil}
 			sys := &fakeSys{answers: tc.answers}
 			var out bytes.Buffer
 			err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background())

@@ -153,13 +153,13 @@ func TestFirstBootTakesTheStatePartitionItMakes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := nodeRoot(t, tc.fwCfg)
 			os.WriteFile(filepath.Join(root, "/proc/cmdline"), []byte("console=ttyS0 "+tc.args+"\n"), 0o644)
-			for _, p := range []string{"/dev/vda", "/dev/vda3", "/dev/disk/by-partlabel/KILN-ROOT"} {
+			for _, p := range []string{"/dev/vda", "/dev/vda4", "/dev/disk/by-partlabel/KILN-ROOT-A"} {
 				os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
 				os.WriteFile(filepath.Join(root, p), nil, 0o644)
 			}
-			os.Symlink("../../vda3", filepath.Join(root, "/dev/disk/by-partlabel/KILN-STATE"))
+			os.Symlink("../../vda4", filepath.Join(root, "/dev/disk/by-partlabel/KILN-STATE"))
 			sys := &fakeSys{answers: map[string]answer{
-				"lsblk -ndo PKNAME " + filepath.Join(root, "/dev/disk/by-partlabel/KILN-ROOT"): {"vda\n", nil},
+				"lsblk -ndo PKNAME " + filepath.Join(root, "/dev/disk/by-partlabel/KILN-ROOT-A"): {"vda\n", nil},
 			}}
 			var out bytes.Buffer
 			a := &Agent{Root: root, Console: &out, Sys: sys, Machine: fakeMachine{MACs: []string{"52:54:00:00:00:01"}}}
@@ -170,7 +170,7 @@ func TestFirstBootTakesTheStatePartitionItMakes(t *testing.T) {
 			if got := finalLines(console); len(got) != 1 || got[0] != "kiln-firstboot: done source="+tc.wantSource {
 				t.Fatalf("final lines %q\n%s", got, console)
 			}
-			for _, want := range []string{"state partition created on /dev/vda (/dev/vda3)", "config stored on the state partition (" + ignition.Hash([]byte(cfg)) + ")"} {
+			for _, want := range []string{"state partition created on /dev/vda (/dev/vda4)", "config stored on the state partition (" + ignition.Hash([]byte(cfg)) + ")"} {
 				if !strings.Contains(console, "kiln-firstboot: "+want+"\n") {
 					t.Errorf("the console does not say %q:\n%s", want, console)
 				}

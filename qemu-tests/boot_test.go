@@ -83,7 +83,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	}
 	waitLine(t, v, doneLine+"fw_cfg")
 	p1 := waitLine(t, v, probeLine)
-	expectFields(t, p1, map[string]string{"marker": "absent", "drift": "absent", "once": "1", "hello": "world", "state": "/dev/vda3"})
+	expectFields(t, p1, map[string]string{"marker": "absent", "drift": "absent", "once": "1", "hello": "world", "state": "/dev/vda4"})
 	expectConformance(t, v)
 	waitLine(t, v, `probe-synced`) // the marker is on disk: now cut the power
 
@@ -100,7 +100,7 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	}
 	waitLine(t, v, doneLine+"state")
 	p2 := waitLine(t, v, probeLine)
-	expectFields(t, p2, map[string]string{"marker": "present", "drift": "absent", "once": "1", "hello": "world", "user": "ops", "state": "/dev/vda3"})
+	expectFields(t, p2, map[string]string{"marker": "present", "drift": "absent", "once": "1", "hello": "world", "user": "ops", "state": "/dev/vda4"})
 	expectConformance(t, v)
 	if _, ok := v.Find(regexp.MustCompile(`state partition created`)); ok {
 		t.Error("the second boot created the state partition again")

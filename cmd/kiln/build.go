@@ -27,7 +27,7 @@ With no -f, the default node spec (images/node.yaml, embedded in kiln) is used.
 The build runs as root (debootstrap, chroot) and writes, in DIR:
 
   node.iso             hybrid ISO: BIOS and UEFI, CD or written raw to a USB disk
-  node.raw             GPT disk image (UEFI): ESP + squashfs root partition
+  node.raw             GPT disk image (UEFI): ESP + two root slots, the squashfs in the first
   pxe/                 vmlinuz, initrd.img, rootfs.squashfs, boot.ipxe
   node.manifest.json   kernel, packages, binaries and artifacts with sha256
 
@@ -57,7 +57,7 @@ the build refuse before it starts. Other files in DIR are left alone.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runBuild(ctx, builder.Options{
-				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Progress: cmd.ErrOrStderr(),
+				Spec: spec, OutDir: outDir, CacheDir: cacheDir, KilnBinary: self, Version: version, Progress: cmd.ErrOrStderr(),
 				NoBaseOverlay: noOverlay, TestFailHealthGate: failGate,
 			})
 		},

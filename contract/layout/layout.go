@@ -10,9 +10,10 @@ import "github.com/kiln-project/kiln/internal/ignition"
 
 // Partition and filesystem labels, which docs/architecture.md names.
 const (
-	// RootPartLabel names the image's root partition on a raw disk: the
-	// boot chain finds the root by it, and the agent the disk to put the
-	// state partition on.
+	// RootPartLabel is the prefix of a raw disk's root slot partitions,
+	// KILN-ROOT-A and KILN-ROOT-B (contract/bootslot's Slot.PartLabel):
+	// the boot chain finds the booted slot's root by its label, and the
+	// agent the disk to put the state partition on by slot a's.
 	RootPartLabel = "KILN-ROOT"
 	// StatePartLabel names the state partition and its filesystem.
 	// internal/ignition defines it, as the one part of storage a config

@@ -29,7 +29,8 @@ type Target struct {
 
 // TargetFor decides where the state partition goes: the disk whose
 // partition the config labels KILN-STATE, else the boot disk (the one
-// holding KILN-ROOT). ok is false for a diskless node: state stays in RAM.
+// holding KILN-ROOT-A, slot a's root). ok is false for a diskless node:
+// state stays in RAM.
 func (m *Manager) TargetFor(ctx context.Context, cfg types.Config) (Target, bool, error) {
 	for _, d := range cfg.Storage.Disks {
 		for _, p := range d.Partitions {
@@ -52,8 +53,8 @@ func (m *Manager) TargetFor(ctx context.Context, cfg types.Config) (Target, bool
 	return Target{Disk: disk}, true, nil
 }
 
-// bootDisk is the whole disk holding the root partition, "" when the
-// node booted from a CD or the network.
+// bootDisk is the whole disk holding the root slots (found by slot a's
+// partition), "" when the node booted from a CD or the network.
 func (m *Manager) bootDisk(ctx context.Context) (string, error) {
 	link := m.path("/dev/disk/by-partlabel/" + rootLabel)
 	if _, err := os.Stat(link); err != nil {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/mountinfo"
@@ -25,8 +26,12 @@ import (
 const (
 	Label      = layout.StatePartLabel
 	MountPoint = layout.StateMountPoint
-	rootLabel  = layout.RootPartLabel
 )
+
+// rootLabel names the partition whose disk is the boot disk: the root of
+// slot a (contract/bootslot), which every raw disk has, whichever slot it
+// booted.
+var rootLabel = bootslot.A.PartLabel()
 
 // PersistentDirs live on the state partition; everything else is rebuilt
 // from the image and the config on every boot.

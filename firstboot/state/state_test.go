@@ -110,9 +110,40 @@ func TestTargetForPrefersTheDiskTheConfigLabels(t *testing.T) {
 	if err != nil || !ok || got != (Target{Disk: "/dev/vdb", Number: 3, SizeMiB: 512}) {
 		t.Fatalf("TargetFor = %+v %v %v", got, ok, err)
 	}
-	// No disk named and no KILN-ROOT partition (CD or PXE boot): RAM.
+	// No disk named and no KILN-ROOT-A partition (CD or PXE boot): RAM.
 	if _, ok, err := m.TargetFor(context.Background(), types.Config{}); ok || err != nil {
 		t.Fatalf("diskless TargetFor ok=%v err=%v, want no target", ok, err)
+	}
+}
+
+// With no disk named, the state partition goes on the disk that holds
+// slot a's root partition, KILN-ROOT-A: the raw disk, whichever slot
+// booted. A partition labelled plain KILN-ROOT marks no boot disk.
+func TestTargetForFindsTheBootDiskBySlotA(t *testing.T) {
+	for _, tc := range []struct {
+		label string
+		want  Target
+		ok    bool
+	}{
+		{"KILN-ROOT-A", Target{Disk: "/dev/vda"}, true},
+		{"KILN-ROOT-B", Target{}, false},
+		{"KILN-ROOT", Target{}, false},
+	} {
+		root := t.TempDir()
+		link := filepath.Join(root, "dev/disk/by-partlabel", tc.label)
+		write(t, root, "dev/vda2", "")
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../../vda2", link); err != nil {
+			t.Fatal(err)
+		}
+		r := &scriptedRunner{answers: map[string]answer{"lsblk -ndo PKNAME " + link: {"vda\n", nil}}}
+		m := &Manager{Root: root, Sys: r}
+		got, ok, err := m.TargetFor(context.Background(), types.Config{})
+		if err != nil || ok != tc.ok || got != tc.want {
+			t.Errorf("%s: TargetFor = %+v %v %v, want %+v %v", tc.label, got, ok, err, tc.want, tc.ok)
+		}
 	}
 }
 
