@@ -6,9 +6,8 @@
 // Choose, Conclude, MarkGood, Fail), the GRUB script that tries a staged
 // slot once (Script), each slot's kernel, initrd and root partition, and
 // the kernel argument that tells the agent which slot it booted
-// (SlotArg). docs/upgrade.md describes it. The builder's raw disk has
-// the slots, the script and a record with slot a active; the agent finds
-// the boot disk by slot a's partition but does not read the record yet.
+// (SlotArg). docs/upgrade.md describes it. The builder lays the raw disk
+// out by it; firstboot/bootrecord and firstboot/stage are the node's side.
 package bootslot
 
 import (

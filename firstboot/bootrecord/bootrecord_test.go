@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
+	"github.com/kiln-project/kiln/internal/retry"
 )
 
 var (
@@ -181,6 +182,8 @@ func TestTrialDecide(t *testing.T) {
 		{"the gate never passes: failed, rebooted", nil, gateErr, 1,
 			"active a, staged b (tries 0, failed: health gate not passed in 10ms: apiserver: n1's apiserver is not ready: 503)",
 			"the trying boot failed: health gate not passed in 10ms: apiserver: "},
+		{"a gate that can never pass fails at once", nil, retry.Final(errors.New("test switch: fails on purpose")), 1,
+			"active a, staged b (tries 0, failed: health gate: test switch: fails on purpose)", "the trying boot failed: health gate: test switch"},
 		{"the role failed: failed without waiting for the gate", errors.New("phase worker/kubelet: kubelet did not start"), nil, 1,
 			"active a, staged b (tries 0, failed: role: phase worker/kubelet: kubelet did not start)", "the trying boot failed: role: "},
 	} {

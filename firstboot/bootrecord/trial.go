@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
@@ -72,6 +73,8 @@ func (t Trial) Decide(ctx context.Context, roleErr error) error {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err // stopped, not failed: GRUB rolls back unless a later run marks it good
+		case err != nil && errors.Is(last, retry.ErrFinal):
+			reason = "health gate: " + strings.TrimPrefix(retry.OneLine(last), retry.ErrFinal.Error()+": ")
 		case err != nil && last != nil:
 			reason = fmt.Sprintf("health gate not passed in %s: %s", t.Bound, retry.OneLine(last))
 		case err != nil:
