@@ -66,7 +66,7 @@ integration: image
 # A failed QEMU run ends with each failed test's failure message (a
 # scenario's cleanup reports and the tests after it bury it in the log).
 RECAP = rc=$${PIPESTATUS[0]}; [ $$rc = 0 ] || $(GO) run ./qemu-tests/cmd/failure-recap
-qemu-test: image
+qemu-test: upgrade-images
 	KILN_QEMU=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 80m -parallel 4 -v ./qemu-tests/ 2>&1 | tee $(OUT)/qemu-test.log; $(RECAP) $(OUT)/qemu-test.log; exit $$rc
 
 CLUSTER_TESTS ?= TestClusterJoinsAndSurvivesPowerCut
