@@ -257,17 +257,18 @@ func checkMirror(t *testing.T, m *registryMirror, kube kubernetes.Interface, nod
 
 // containerdPulled says what a stretch of the mirror's log lacks of a
 // pull of the probe image by containerd as docker.io's mirror, or returns
-// nil: a GET of its manifest (by tag or digest) and of its layer, each
-// with the ns=docker.io a mirror is asked with.
+// nil: its manifest resolved (a HEAD or GET by tag, or a GET by digest:
+// containerd fetches by digest only what its content store lacks) and its
+// layer fetched, each with the ns=docker.io a mirror is asked with.
 func (m *registryMirror) containerdPulled(log string) error {
 	path := "/v2/" + mirrorProbeRepo
 	for what, re := range map[string]*regexp.Regexp{
-		"the manifest": regexp.MustCompile(`(?m)^registry: GET ` + regexp.QuoteMeta(path+"/manifests/") +
+		"the manifest": regexp.MustCompile(`(?m)^registry: (GET|HEAD) ` + regexp.QuoteMeta(path+"/manifests/") +
 			`(` + mirrorProbeTag + `|` + regexp.QuoteMeta(m.image.String()) + `)\?ns=docker\.io$`),
 		"the layer": regexp.MustCompile(`(?m)^registry: GET ` + regexp.QuoteMeta(path+"/blobs/"+m.layer.String()) + `\?ns=docker\.io$`),
 	} {
 		if !re.MatchString(log) {
-			return fmt.Errorf("no GET of %s %s as docker.io's mirror (a line matching %s)", mirrorProbeImage, what, re)
+			return fmt.Errorf("no request for %s %s as docker.io's mirror (a line matching %s)", mirrorProbeImage, what, re)
 		}
 	}
 	return nil
@@ -397,6 +398,9 @@ func TestRegistryMirrorServesTheProbeInTheSegment(t *testing.T) {
 	get(http.MethodGet, repo+"/blobs/"+m.config.String()+"?ns=docker.io", "containerd/v2.2.9")
 	if err := m.containerdPulled(m.log.String()[before:]); err == nil {
 		t.Error("a pull without the layer passes")
+	}
+	if err := m.containerdPulled("registry: GET " + repo + "/blobs/" + m.layer.String() + "?ns=docker.io\n"); err == nil {
+		t.Error("a layer fetched without its manifest resolved passes")
 	}
 	get(http.MethodGet, repo+"/blobs/"+m.layer.String()+"?ns=docker.io", "containerd/v2.2.9")
 	if err := m.containerdPulled(m.log.String()[before:]); err != nil {
