@@ -85,7 +85,7 @@ upgrade-images: image
 	./bin/kiln-upgrade-v3 build $(if $(SPEC),-f $(SPEC)) --test-fail-health-gate -o $(OUT)-upgrade-v3
 
 # The upgrade scenario (one genesis node on a raw disk rolled forward onto
-# v2, back from v3 twice: about 40 min under TCG), outside CI's budget:
+# v2, back from v3 twice: about an hour under TCG), outside CI's budget:
 # make soak runs it first.
 upgrade-test: upgrade-images
 	KILN_QEMU=1 KILN_UPGRADE=1 KILN_OUT=$(abspath $(OUT)) KILN_BIN=$(abspath bin/kiln) $(GO) test -count=1 -timeout 90m -v -run '^TestUpgradeRollsForwardAndBack$$' ./qemu-tests/ 2>&1 | tee $(OUT)/upgrade-test.log; $(RECAP) $(OUT)/upgrade-test.log; exit $$rc

@@ -30,7 +30,7 @@ import (
 // reason; then onto v3 again with the power cut during its trying boot,
 // which also comes back on v2.
 //
-// About 40 minutes under TCG, beyond CI's budget: it runs with
+// About an hour under TCG, beyond CI's budget: it runs with
 // KILN_UPGRADE=1 (make upgrade-test, make soak). make test's raw-disk
 // scenario tries a slot that panics and comes back under real firmware.
 func TestUpgradeRollsForwardAndBack(t *testing.T) {
