@@ -117,7 +117,7 @@ func (s *Service) settle(ctx context.Context, last Stage) (Stage, error) {
 	if err != nil {
 		return last, err
 	}
-	var answer map[string]string
+	var answer map[string]any
 	switch {
 	case r.Active == last.Slot:
 		s.Log("upgrade: request %s: slot %s (%s) was marked good", last.Request, last.Slot, last.Version)
@@ -131,7 +131,7 @@ func (s *Service) settle(ctx context.Context, last Stage) (Stage, error) {
 		if err != nil {
 			return last, err
 		}
-		answer = map[string]string{upgradeask.RolledBackAnnotation: v}
+		answer = map[string]any{upgradeask.RolledBackAnnotation: v}
 		s.Log("upgrade: request %s: %s", last.Request, rb.Error())
 	default:
 		f := upgradeask.Failed{Request: last.Request, Reason: bootslot.Reason(fmt.Sprintf("the stage of slot %s did not finish before the node rebooted (record: %s)", last.Slot, r.State()))}
@@ -139,7 +139,7 @@ func (s *Service) settle(ctx context.Context, last Stage) (Stage, error) {
 		if err != nil {
 			return last, err
 		}
-		answer = map[string]string{upgradeask.FailedAnnotation: v}
+		answer = map[string]any{upgradeask.FailedAnnotation: v}
 		s.Log("upgrade: request %s: %s", last.Request, f.Reason)
 	}
 	if answer != nil {
@@ -185,7 +185,7 @@ func (s *Service) stage(ctx context.Context, ask upgradeask.Ask) (Stage, error) 
 		if eerr != nil {
 			return Stage{}, eerr
 		}
-		return Stage{}, s.annotate(ctx, map[string]string{upgradeask.FailedAnnotation: v})
+		return Stage{}, s.annotate(ctx, map[string]any{upgradeask.FailedAnnotation: v})
 	}
 	st := Stage{Request: ask.Request, Slot: slot, Version: version, BootID: s.BootID}
 	if err := s.Stages.Save(st); err != nil {
@@ -201,7 +201,9 @@ func (s *Service) reboot(ctx context.Context, st Stage) error {
 	if err != nil {
 		return err
 	}
-	if err := s.annotate(ctx, map[string]string{upgradeask.StagedAnnotation: v}); err != nil {
+	// An earlier request's failure or rollback no longer describes the
+	// node: a merge patch's null removes it.
+	if err := s.annotate(ctx, map[string]any{upgradeask.StagedAnnotation: v, upgradeask.FailedAnnotation: nil, upgradeask.RolledBackAnnotation: nil}); err != nil {
 		return err
 	}
 	s.Log("upgrade: request %s: rebooting to try slot %s once", st.Request, st.Slot)
@@ -212,7 +214,7 @@ func (s *Service) reboot(ctx context.Context, st Stage) error {
 const publishBound = 5 * time.Minute
 
 // annotate merges ann into the Node's annotations.
-func (s *Service) annotate(ctx context.Context, ann map[string]string) error {
+func (s *Service) annotate(ctx context.Context, ann map[string]any) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	return retry.Wait(ctx, "the upgrade's answer on Node "+s.Node, publishBound, s.Log, func(ctx context.Context) error {
 		_, err := s.Kube.CoreV1().Nodes().Patch(ctx, s.Node, types.MergePatchType, patch, metav1.PatchOptions{})

@@ -78,7 +78,9 @@ func encodedAsk(t *testing.T) map[string]string {
 
 func TestAnAskIsStagedAnsweredAndRebooted(t *testing.T) {
 	st, sg := &memStages{}, &stager{}
-	s, kube, reboots := service(t, encodedAsk(t), bootslot.Record{Active: bootslot.A, SlotA: v1}, bootslot.A, st, sg)
+	ann := encodedAsk(t)
+	ann[upgradeask.RolledBackAnnotation] = `{"request":"0123456789abcdef","from":"b","to":"a","reason":"an earlier rollback"}`
+	s, kube, reboots := service(t, ann, bootslot.Record{Active: bootslot.A, SlotA: v1}, bootslot.A, st, sg)
 	if err := s.Run(context.Background()); !errors.Is(err, errRebooted) {
 		t.Fatalf("Run: %v", err)
 	}
@@ -87,6 +89,9 @@ func TestAnAskIsStagedAnsweredAndRebooted(t *testing.T) {
 	}
 	if got := annotations(t, kube)[upgradeask.StagedAnnotation]; got != ask.Request {
 		t.Errorf("staged answer %q", got)
+	}
+	if got, ok := annotations(t, kube)[upgradeask.RolledBackAnnotation]; ok {
+		t.Errorf("an earlier request's rollback is still on the Node: %q", got)
 	}
 	if want := (Stage{Request: ask.Request, Slot: bootslot.B, Version: "v2", BootID: "boot-2"}); st.st != want {
 		t.Errorf("saved %+v, want %+v", st.st, want)

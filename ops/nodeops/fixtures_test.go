@@ -154,6 +154,15 @@ func labelled(key, value string) func(*corev1.Node) {
 	return func(n *corev1.Node) { n.Labels[key] = value }
 }
 
+func annotated(key, value string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[key] = value
+	}
+}
+
 // pod is a pod on node; owner is its controller's kind ("" for none).
 func pod(ns, name, node, owner string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name)}}

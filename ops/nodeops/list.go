@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
@@ -198,6 +199,31 @@ func (l *Lister) apiNotes(n node, out *Listing) {
 	case n.site == nil:
 		out.Notes = append(out.Notes, fmt.Sprintf("%s: a Node the site file %s does not name", n.name, l.Site.File))
 	}
+	if n.obj != nil {
+		out.Notes = append(out.Notes, upgradeNotes(n.name, n.obj.Annotations)...)
+	}
+}
+
+// upgradeNotes are what a node last answered kiln upgrade
+// (contract/upgradeask): the rollback of a stage it tried, or why it
+// could not stage one.
+func upgradeNotes(name string, ann map[string]string) []string {
+	var notes []string
+	if v, ok := ann[upgradeask.RolledBackAnnotation]; ok {
+		if rb, err := upgradeask.DecodeRolledBack(v); err == nil {
+			notes = append(notes, fmt.Sprintf("%s: %s (kiln upgrade's request %s)", name, rb.Error(), rb.Request))
+		} else {
+			notes = append(notes, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	if v, ok := ann[upgradeask.FailedAnnotation]; ok {
+		if f, err := upgradeask.DecodeFailed(v); err == nil {
+			notes = append(notes, fmt.Sprintf("%s: could not stage kiln upgrade's request %s: %s", name, f.Request, f.Reason))
+		} else {
+			notes = append(notes, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	return notes
 }
 
 // etcdCell is the ETCD column: voter, learner or none, "(no answer)"

@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/manifests"
+	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
@@ -71,6 +72,14 @@ func TestList(t *testing.T) {
 				// x8's kubelet calls it a master, which any kubelet can.
 				kubeNode("x7", "master", "10.0.0.17", ready), kubeNode("x8", "worker", "10.0.0.18", ready, labelled(manifests.RoleLabel, "master"))},
 			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2, member(0xa7, "x7", "10.0.0.17")}}},
+		{name: "a node's last answers to kiln upgrade are notes", site: twoMasterSite,
+			objs: []runtime.Object{
+				kubeNode("m1", "genesis", "10.0.0.11", ready, annotated(upgradeask.RolledBackAnnotation,
+					`{"request":"3f2a9c0d11e4b7a8","from":"b","to":"a","reason":"health gate not passed in 10m0s: ready: not Ready"}`)),
+				kubeNode("m2", "master", "10.0.0.12", ready),
+				kubeNode("w1", "worker", "10.0.0.21", ready, annotated(upgradeask.FailedAnnotation,
+					`{"request":"0123456789abcdef","reason":"this node boots from the ISO or by PXE and has no root slot to stage into: re-image it"}`))},
+			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2}}},
 		{name: "no etcd", site: twoMasterSite,
 			objs:      []runtime.Object{kubeNode("m1", "genesis", "10.0.0.11", ready), kubeNode("m2", "master", "10.0.0.12", ready), kubeNode("w1", "worker", "10.0.0.21", ready)},
 			wantProbs: 1},
