@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/golden"
 	"github.com/kiln-project/kiln/manifests"
-	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
 
