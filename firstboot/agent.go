@@ -400,8 +400,12 @@ func (a *Agent) applier() *ignite.Applier {
 	return &ignite.Applier{Root: a.Root, Persistent: state.PersistentDirs, StampDir: stampDir, Host: a.Sys, Systemd: a.Systemd, Log: a.logf}
 }
 
-func (a *Agent) bootID() string {
-	b, err := os.ReadFile(filepath.Join(a.Root, "/proc/sys/kernel/random/boot_id"))
+func (a *Agent) bootID() string { return bootID(a.Root) }
+
+// bootID is the kernel's ID of this boot under root, "unknown" when it
+// cannot be read.
+func bootID(root string) string {
+	b, err := os.ReadFile(filepath.Join(root, "/proc/sys/kernel/random/boot_id"))
 	if err != nil {
 		return "unknown"
 	}

@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
@@ -32,14 +28,10 @@ const (
 // that name no slot (ISO, PXE) have nothing to conclude.
 func RunBootSlot(ctx context.Context, root string, console io.Writer, sys System, deadline time.Duration) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(console, prefix+format+"\n", args...) }
-	booted, err := bootrecord.Booted(root)
+	booted, store, err := slotStore(ctx, root, sys)
 	if errors.Is(err, bootrecord.ErrNoSlots) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("the booted slot: %w", err)
-	}
-	store, err := bootrecord.Mount(ctx, root, sys)
 	if err != nil {
 		return err
 	}
@@ -64,14 +56,10 @@ func RunBootSlot(ctx context.Context, root string, console io.Writer, sys System
 // slot, else nil (with the reason it could not tell, if any). The record
 // is only read: kiln-boot-slot concludes it.
 func trialOf(ctx context.Context, root string, sys System, logf func(string, ...any)) (*bootrecord.Trial, error) {
-	booted, err := bootrecord.Booted(root)
+	booted, store, err := slotStore(ctx, root, sys)
 	if errors.Is(err, bootrecord.ErrNoSlots) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	store, err := bootrecord.Mount(ctx, root, sys)
 	if err != nil {
 		return nil, err
 	}
@@ -86,26 +74,23 @@ func trialOf(ctx context.Context, root string, sys System, logf func(string, ...
 	return &bootrecord.Trial{Store: store, Booted: booted, Bound: GateBound, Reboot: rebooter(sys), Log: logf}, nil
 }
 
+// slotStore is the slot this boot runs and the boot-state record on the
+// mounted ESP, or bootrecord.ErrNoSlots for a boot that names no slot.
+func slotStore(ctx context.Context, root string, sys System) (bootslot.Slot, bootrecord.Store, error) {
+	booted, err := bootrecord.Booted(root)
+	if errors.Is(err, bootrecord.ErrNoSlots) {
+		return "", bootrecord.Store{}, err
+	}
+	if err != nil {
+		return "", bootrecord.Store{}, fmt.Errorf("the booted slot: %w", err)
+	}
+	store, err := bootrecord.Mount(ctx, root, sys)
+	return booted, store, err
+}
+
 func rebooter(sys System) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := sys.Run(ctx, "systemctl", "reboot")
 		return err
 	}
-}
-
-// uptime is how long ago the kernel started (/proc/uptime).
-func uptime(root string) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(root, "/proc/uptime"))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, fmt.Errorf("/proc/uptime is empty")
-	}
-	s, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/uptime: %w", err)
-	}
-	return time.Duration(s * float64(time.Second)), nil
 }

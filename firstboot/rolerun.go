@@ -52,7 +52,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	start := time.Now()
 	res, err := runChecked(ctx, root, n)
 	if trial != nil {
-		boot := (&Agent{Root: root}).bootID()
+		boot := bootID(root)
 		trial.Gate = func(ctx context.Context) error { return n.Gate(ctx, boot) }
 		if _, err := os.Stat(filepath.Join(root, layout.FailGateSwitch)); err == nil {
 			trial.Gate = func(context.Context) error {

@@ -46,19 +46,15 @@ func RunUpgrade(ctx context.Context, root string, console io.Writer, sys System)
 	if err != nil {
 		return err
 	}
-	s := &upgrader.Service{Node: f.Name, Kube: kube, BootID: (&Agent{Root: root}).bootID(), Stages: stageFile(filepath.Join(root, UpgradeStagePath)),
+	s := &upgrader.Service{Node: f.Name, Kube: kube, BootID: bootID(root), Stages: stageFile(filepath.Join(root, UpgradeStagePath)),
 		Reboot: rebooter(sys), Poll: 10 * time.Second, Log: logf}
-	booted, err := bootrecord.Booted(root)
+	booted, store, err := slotStore(ctx, root, sys)
 	switch {
 	case errors.Is(err, bootrecord.ErrNoSlots):
 		s.Stager, s.Record = noSlots{}, noSlots{}
 	case err != nil:
 		return err
 	default:
-		store, err := bootrecord.Mount(ctx, root, sys)
-		if err != nil {
-			return err
-		}
 		s.Booted, s.Record, s.Stager = booted, store, stager{stage.New(root, store, logf)}
 	}
 	return s.Run(ctx)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // userHZ is the unit of /proc/<pid>/stat's times: fixed at 100 by the
@@ -48,4 +49,21 @@ func startTicks(stat string) (uint64, error) {
 		return 0, fmt.Errorf("%d fields after the command name, want at least 20", len(fields))
 	}
 	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// uptime is how long ago the kernel started (/proc/uptime).
+func uptime(root string) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(root, "/proc/uptime"))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("/proc/uptime is empty")
+	}
+	s, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/uptime: %w", err)
+	}
+	return time.Duration(s * float64(time.Second)), nil
 }

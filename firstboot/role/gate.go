@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/node/clustercheck"
@@ -53,11 +52,7 @@ func (n *Node) Gate(ctx context.Context, bootID string) error {
 	err = g.Check(ctx, t)
 	var unmet *healthgate.Unmet
 	if errors.As(err, &unmet) {
-		parts := make([]string, len(unmet.Conditions))
-		for i, c := range unmet.Conditions {
-			parts[i] = c.Name + ": " + c.Why
-		}
-		return errors.New(strings.Join(parts, "; "))
+		return errors.New(unmet.Reasons())
 	}
 	return err
 }

@@ -144,11 +144,17 @@ type Unmet struct {
 }
 
 func (u *Unmet) Error() string {
+	return fmt.Sprintf("node %s has not passed the health gate: %s", u.Node, u.Reasons())
+}
+
+// Reasons are the unmet conditions, "name: why" each, without the node's
+// name: what a node itself records as why its trying boot failed.
+func (u *Unmet) Reasons() string {
 	parts := make([]string, len(u.Conditions))
 	for i, c := range u.Conditions {
 		parts[i] = c.Name + ": " + c.Why
 	}
-	return fmt.Sprintf("node %s has not passed the health gate: %s", u.Node, strings.Join(parts, "; "))
+	return strings.Join(parts, "; ")
 }
 
 // Names are the unmet conditions' names.
