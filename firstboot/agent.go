@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/firstboot/bootrecord"
 	"github.com/kiln-project/kiln/firstboot/ignite"
 	"github.com/kiln-project/kiln/firstboot/imageconf"
 	"github.com/kiln-project/kiln/firstboot/source"
@@ -52,6 +53,9 @@ type Agent struct {
 	// ReloadPause is the pause between attempts to reload networkd; 0
 	// means 5 s.
 	ReloadPause time.Duration
+	// Version is this kiln's: a state layout it does not know is refused
+	// naming it.
+	Version string
 
 	status   Status
 	settings imageconf.Settings
@@ -81,6 +85,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		a.status.State, a.status.Error = "error", err.Error()
 		a.writeStatus()
+		a.failTrial(ctx, err)
 		a.console("error: %s", oneLine(err.Error()))
 		return err
 	}
@@ -99,7 +104,7 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	st := &state.Manager{Root: a.Root, Sys: a.Sys, Log: a.logf, Settle: 15 * time.Second, Machine: a.Machine,
-		Adopt: source.CmdlineArg(a.cmdline(), state.AdoptArg) == "1"}
+		Adopt: source.CmdlineArg(a.cmdline(), state.AdoptArg) == "1", Version: a.Version}
 	haveState, err := a.openState(ctx, st)
 	if err != nil {
 		return err
@@ -155,7 +160,8 @@ func (a *Agent) check(ctx context.Context, cfg ignitionConfig, name string, prev
 // machine's, or has no record and the operator asked to adopt it.
 // Another machine's, or one with no record otherwise, is left unmounted
 // and untouched: this boot reads the other config sources and keeps its
-// state in RAM.
+// state in RAM. One whose layout this kiln does not know ends the boot's
+// agent with its error, unmounted and untouched.
 func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) {
 	dev, found, err := st.Find(ctx)
 	if err != nil || !found {
@@ -163,7 +169,13 @@ func (a *Agent) openState(ctx context.Context, st *state.Manager) (bool, error) 
 	}
 	own, err := st.Mount(ctx, dev)
 	var foreign *state.ForeignError
+	var unknown *state.LayoutError
 	switch {
+	case errors.As(err, &unknown):
+		// Not state in RAM: a node that ran without its state would make
+		// itself anew (a genesis node, a new cluster).
+		a.status.ForeignState = dev
+		return false, fmt.Errorf("%w; nothing was changed", err)
 	case errors.As(err, &foreign) && foreign.Unrecorded:
 		a.status.ForeignState = dev
 		a.step("%v: not using it, nor its config (if this machine made it with an earlier kiln, boot once with %s=1 to adopt it; else wipe that filesystem to let this machine make its own)", foreign, state.AdoptArg)
@@ -263,6 +275,26 @@ func (a *Agent) createState(ctx context.Context, st *state.Manager, cfg ignition
 	}
 	a.step("state partition created on %s (%s)", target.Disk, dev)
 	return true, nil
+}
+
+// failTrial fails this boot at once when it is the trying boot of a
+// staged slot: the role does not run after a failed agent, so the boot
+// cannot pass its health gate, and the rollback need not wait for the
+// trial's deadline.
+func (a *Agent) failTrial(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopped, not failed: the machine is going down
+	}
+	t, terr := trialOf(ctx, a.Root, a.Sys, a.logf)
+	if terr != nil {
+		a.console("this boot's slot is not judged: %v", terr)
+	}
+	if t == nil {
+		return
+	}
+	if ferr := t.Fail(ctx, "agent: "+oneLine(err.Error())); !errors.Is(ferr, bootrecord.ErrFailed) {
+		a.console("could not fail this trying boot (its deadline still will): %v", ferr)
+	}
 }
 
 // noteResumed says when the previous boot died while applying.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/firstboot/machine"
 	"github.com/kiln-project/kiln/internal/ignition"
 )
@@ -482,5 +483,77 @@ func TestStatePartitionBelongsToOneMachine(t *testing.T) {
 				t.Errorf("own partition: %d binds, %d umounts", binds, umounts)
 			}
 		})
+	}
+}
+
+// A state partition of a layout this kiln does not know (a newer kiln's)
+// stops the agent: the node does not go on with its state in RAM, which
+// would make a genesis node start a new cluster. The partition is left
+// unmounted and nothing on it or on the node is written.
+func TestUnknownStateLayoutStopsTheAgent(t *testing.T) {
+	const fwCfg = `{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,fwcfg"}}]}}`
+	root := nodeRoot(t, fwCfg)
+	for p, d := range map[string]string{
+		"/var/lib/kiln-state/kiln-machine.json": `{"version":1,"macs":["52:54:00:00:00:01"]}`,
+		"/var/lib/kiln-state/kiln-layout.json":  `{"layout":9,"writtenBy":"v9.0.0"}`,
+		"/var/lib/kiln/config.ign":              fwCfg,
+	} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(d), 0o600)
+	}
+	before := snapshot(t, root)
+	sys := &fakeSys{answers: map[string]answer{"blkid -o device -t LABEL=KILN-STATE": {"/dev/vdb1\n", nil}}}
+	var out bytes.Buffer
+	a := &Agent{Root: root, Console: &out, Sys: sys, Machine: fakeMachine{MACs: []string{"52:54:00:00:00:01"}}, Version: "v1.0.0"}
+	if err := a.Run(context.Background()); err == nil {
+		t.Fatalf("the agent ran on an unknown state layout:\n%s", out.String())
+	}
+	got := finalLines(out.String())
+	want := "kiln-firstboot: error: the KILN-STATE filesystem on /dev/vdb1 has state layout 9, written by kiln v9.0.0; this kiln (v1.0.0) knows layouts up to 2"
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) || !strings.HasSuffix(got[0], "nothing was changed") {
+		t.Fatalf("final lines %q, want one starting %q", got, want)
+	}
+	for _, c := range sys.cmds {
+		if strings.HasPrefix(c, "mount -o remount") || strings.HasPrefix(c, "mount --bind") || strings.HasPrefix(c, "sgdisk") || strings.HasPrefix(c, "mkfs") {
+			t.Errorf("%q ran", c)
+		}
+	}
+	after := snapshot(t, root)
+	delete(after, statusPath)
+	for p, d := range before {
+		if after[p] != d {
+			t.Errorf("%s changed", p)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("files written: before %v after %v", keys(before), keys(after))
+	}
+}
+
+// An agent that fails on the trying boot of a staged slot fails the
+// boot at once (the role does not run after it, so the boot could not
+// pass its gate) and reboots onto the active slot.
+func TestAgentFailureFailsATryingBoot(t *testing.T) {
+	trying := bootslot.Record{Active: bootslot.A, Staged: bootslot.B, Phase: bootslot.PhaseStaged, SlotA: imgV1, SlotB: imgV2}
+	root, store := slotRoot(t, "b", trying)
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	sys := &fakeSys{}
+	var out bytes.Buffer
+	if err := (&Agent{Root: root, Console: &out, Sys: sys}).Run(context.Background()); err == nil {
+		t.Fatal("the agent found a config")
+	}
+	r, _ := store.Read()
+	if !strings.HasPrefix(r.FailReason, "agent: no config found") {
+		t.Errorf("record %q, want the agent's error as the reason", r.State())
+	}
+	if !slices.Contains(sys.cmds, "systemctl reboot") {
+		t.Errorf("no reboot: %q", sys.cmds)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "kiln-firstboot: error: no config found") {
+		t.Errorf("last line %q, want the agent's error", last)
+	}
+	if !strings.Contains(out.String(), "the trying boot of slot b failed (agent: no config found") {
+		t.Errorf("console:\n%s", out.String())
 	}
 }

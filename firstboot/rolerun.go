@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/firstboot/role"
+	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/catalog"
@@ -73,8 +74,27 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	}
 	st.Role.State, st.Role.Restored, st.Role.Phase = "done", res.How == "restored", ""
 	write()
+	if terr == nil {
+		migrateState(root, sys, version, logf)
+	}
 	logf("done role=%s (%s in %s)", res.Role, res.How, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// migrateState moves the state layout forward once this boot is judged
+// good: its role is done and, on a trying boot, its slot marked good
+// (before that, a rollback boots a kiln that may not know the new
+// layout). A failure leaves the layout as it was, which this kiln runs
+// on; the next good boot tries again.
+func migrateState(root string, sys System, version string, logf func(string, ...any)) {
+	m := &state.Manager{Root: root, Sys: sys, Version: version}
+	from, err := m.Migrate()
+	switch {
+	case err != nil:
+		logf("the state layout stays as it was: %v (the next good boot tries again)", err)
+	case from < state.Layout:
+		logf("state layout %d moved to %d, now that this boot is judged good", from, state.Layout)
+	}
 }
 
 // rolePhase is what kiln serve is told of the role's state: "role

@@ -48,7 +48,7 @@ It ends with exactly one console line, "kiln-firstboot: done source=<name>" or
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			agent := &firstboot.Agent{Root: root, Console: cmd.OutOrStdout(), Sys: firstboot.HostSystem{}, Wait: 5 * time.Second}
+			agent := &firstboot.Agent{Root: root, Console: cmd.OutOrStdout(), Sys: firstboot.HostSystem{}, Wait: 5 * time.Second, Version: version}
 			if once {
 				agent.Wait = 0
 			}

@@ -89,11 +89,12 @@ func (t Trial) Decide(ctx context.Context, roleErr error) error {
 		t.Log("kiln: slot %s (%s) passed the health gate and is now the active slot", t.Booted, good.Image(t.Booted).Version)
 		return nil
 	}
-	return t.fail(ctx, reason)
+	return t.Fail(ctx, reason)
 }
 
-// fail records reason as the trying boot's failure and reboots.
-func (t Trial) fail(ctx context.Context, reason string) error {
+// Fail records reason as the trying boot's failure and reboots: the
+// verdict of a boot that cannot pass its gate whatever happens next.
+func (t Trial) Fail(ctx context.Context, reason string) error {
 	failed, err := t.Store.Update(func(r bootslot.Record) (bootslot.Record, error) { return bootslot.Fail(r, t.Booted, reason) })
 	if err != nil {
 		return err
@@ -125,7 +126,7 @@ func (t Trial) Expire(ctx context.Context, deadline time.Duration, uptime func()
 			return err
 		}
 		if up >= deadline {
-			return t.fail(ctx, fmt.Sprintf("no verdict within %s of the boot", deadline))
+			return t.Fail(ctx, fmt.Sprintf("no verdict within %s of the boot", deadline))
 		}
 		select {
 		case <-ctx.Done():

@@ -114,8 +114,8 @@ func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 	return dev, nil
 }
 
-// recordDir is a directory holding this machine's record, for mkfs to
-// put into the new filesystem: the filesystem never exists without it,
+// recordDir is a directory holding this machine's record and this
+// kiln's layout, for mkfs to put into the new filesystem: the filesystem never exists without it,
 // so a power cut before the first mount does not leave a state
 // partition that only an adoption would let this machine use. "" when
 // this machine cannot be identified (MountCreated then says why).
@@ -129,7 +129,8 @@ func (m *Manager) recordDir() string {
 		return ""
 	}
 	// mkfs may give the new filesystem's root the mode of this directory
-	if os.Chmod(dir, 0o755) != nil || atomicfile.WriteFile(filepath.Join(dir, RecordFile), recordOf(this), 0o644, nil) != nil {
+	if os.Chmod(dir, 0o755) != nil || atomicfile.WriteFile(filepath.Join(dir, RecordFile), recordOf(this), 0o644, nil) != nil ||
+		m.writeLayout(dir, Layout) != nil {
 		os.RemoveAll(dir)
 		return ""
 	}

@@ -52,6 +52,9 @@ type Manager struct {
 	// Adopt lets Mount take a state filesystem that has no record of its
 	// machine: the operator's kiln.state.adopt=1 (AdoptArg).
 	Adopt bool
+	// Version is this kiln's, named when it refuses a state layout it
+	// does not know and recorded with the layout it writes.
+	Version string
 }
 
 func (m *Manager) path(p string) string { return filepath.Join(m.Root, p) }
@@ -162,18 +165,21 @@ func (m *Manager) lookup(ctx context.Context) (string, bool, error) {
 // (Adopt): a drive of unknown origin must not pass for this machine's
 // just because nothing says otherwise. Another machine's, and one with
 // no record that is not adopted, is unmounted again, untouched, with a
-// *ForeignError. Already-mounted paths are left alone, so Mount is safe
+// *ForeignError; one whose layout this kiln does not know, with a
+// *LayoutError. Already-mounted paths are left alone, so Mount is safe
 // to repeat.
 func (m *Manager) Mount(ctx context.Context, dev string) (Ownership, error) {
 	return m.mount(ctx, dev, m.Adopt)
 }
 
 // MountCreated mounts the filesystem Create just made on MountPoint,
-// recording it for this machine if Create could not, and binds the
-// persistent paths onto it.
+// recording it for this machine if Create could not and with this
+// kiln's layout, and binds the persistent paths onto it.
 func (m *Manager) MountCreated(ctx context.Context, dev string) error {
-	_, err := m.mount(ctx, dev, true)
-	return err
+	if _, err := m.mount(ctx, dev, true); err != nil {
+		return err
+	}
+	return m.writeLayout(m.path(MountPoint), Layout)
 }
 
 // mount mounts dev nosuid, nodev and noexec until its record is
@@ -195,10 +201,18 @@ func (m *Manager) mount(ctx context.Context, dev string, takeUnrecorded bool) (O
 			return 0, fmt.Errorf("mounting %s on %s: %w", dev, MountPoint, err)
 		}
 	}
-	own, err := m.claim(takeUnrecorded)
+	// The layout first: adopting a filesystem writes its record, and one
+	// of a layout this kiln does not know is not written to.
+	err = m.checkLayout(dev)
+	var own Ownership
+	if err == nil {
+		own, err = m.claim(takeUnrecorded)
+	}
 	var foreign *ForeignError
 	if errors.As(err, &foreign) {
 		foreign.Dev = dev
+	}
+	if errors.As(err, &foreign) || errors.As(err, new(*LayoutError)) {
 		if uerr := m.unmount(ctx); uerr != nil {
 			return 0, fmt.Errorf("%w; %w", err, uerr)
 		}

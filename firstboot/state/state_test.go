@@ -78,6 +78,10 @@ func TestCreateMakesALabelledExt4PartitionOnABlankDisk(t *testing.T) {
 	if err != nil || !strings.Contains(string(rec), "52:54:00:12:34:56") {
 		t.Errorf("the new filesystem's %s: %q, %v", RecordFile, rec, err)
 	}
+	lay, err := exec.Command("debugfs", "-R", "cat /"+LayoutFile, dev).Output()
+	if err != nil || !strings.Contains(string(lay), fmt.Sprintf(`"layout": %d`, Layout)) {
+		t.Errorf("the new filesystem's %s: %q, %v", LayoutFile, lay, err)
+	}
 	root, err := exec.Command("debugfs", "-R", "stat /", dev).Output()
 	if err != nil || !strings.Contains(string(root), "Mode:  0755") {
 		t.Errorf("the new filesystem's root: %v\n%s", err, root)
