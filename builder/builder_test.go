@@ -60,12 +60,19 @@ func TestSerialConsoleIsLastSoTheAgentLineReachesIt(t *testing.T) {
 }
 
 // The raw disk's command line is the one its GRUB script boots slot a
-// with.
+// with: the slot's arguments, then the spec's, which the script passes
+// where the slot has no arguments file of its own.
 func TestRawCmdlineIsSlotAsInTheScript(t *testing.T) {
-	extra := []string{"quiet"}
-	want := "linux " + bootslot.A.Kernel() + " " + RawCmdline(extra) + "\n"
-	if !strings.Contains(bootslot.Script(extra), want) {
-		t.Errorf("the script does not boot slot a with %q:\n%s", want, bootslot.Script(extra))
+	extra := []string{"quiet", "x=1"}
+	script := bootslot.Script(extra)
+	slotArgs := strings.Join(bootslot.Cmdline(bootslot.A), " ")
+	for _, want := range []string{"linux " + bootslot.A.Kernel() + " " + slotArgs + " ${kiln_args}\n", "set kiln_args='quiet x=1'\n"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the script lacks %q:\n%s", want, script)
+		}
+	}
+	if got, want := RawCmdline(extra), slotArgs+" quiet x=1"; got != want {
+		t.Errorf("RawCmdline = %q, want %q", got, want)
 	}
 }
 

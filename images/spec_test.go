@@ -67,6 +67,10 @@ func TestInvalidSpecsNameFieldAndReason(t *testing.T) {
 		{"bad suite and arch together", func(s string) string {
 			return strings.NewReplacer("suite: bookworm", "suite: sid", "arch: amd64", "arch: s390x").Replace(s)
 		}, []string{`base.suite: "sid" is not supported`, `base.arch: "s390x" is not supported`}},
+		{"kernel arguments GRUB would not pass as they are", func(s string) string {
+			return strings.Replace(s, "  package: linux-image-amd64\n", "  package: linux-image-amd64\n  cmdline: [quiet, \"a b\", \"x='y'\"]\n", 1)
+		}, []string{`kernel.cmdline[1]: must be one argument that GRUB and iPXE pass as it is: "a b" holds whitespace`,
+			`kernel.cmdline[2]: must be one argument that GRUB and iPXE pass as it is: "x='y'" holds a single quote`}},
 		{"zstd level", repl("level: 9", "level: 40"), []string{"squashfs.level: zstd level must be 1..22"}},
 		{"payload without hash", func(s string) string {
 			return s + "payload:\n  files:\n    - {path: usr/bin/x, source: ftp://h/x}\n"

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/internal/validation"
 )
 
@@ -106,9 +107,12 @@ func (s *Spec) validatePackages(l *validation.List) {
 		l.Addf("kernel.package", "is required")
 	}
 	for i, arg := range s.Kernel.Cmdline {
-		if arg == "" || strings.ContainsAny(arg, " \t\n") {
-			l.Addf(validation.Path("kernel.cmdline").Index(i).String(), "%q must be one non-empty argument", arg)
+		if err := bootslot.CheckArg(arg); err != nil {
+			l.Addf(validation.Path("kernel.cmdline").Index(i).String(), "must be one argument that GRUB and iPXE pass as it is: %v", err)
 		}
+	}
+	if n := len(strings.Join(s.Kernel.Cmdline, " ")); n > bootslot.MaxArgsBytes {
+		l.Addf("kernel.cmdline", "%d bytes joined, more than %d", n, bootslot.MaxArgsBytes)
 	}
 }
 

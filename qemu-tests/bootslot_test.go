@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,13 +36,20 @@ func TestBootSlotScriptUnderOVMF(t *testing.T) {
 	for _, want := range []struct {
 		slot    bootslot.Slot
 		outcome bootslot.Outcome
+		args    string // the extra arguments GRUB passes the slot's kernel
 	}{
-		{bootslot.B, bootslot.Trying},
-		{bootslot.A, bootslot.RolledBack},
+		{bootslot.B, bootslot.Trying, strings.Join(slotBArgs, " ")},
+		{bootslot.A, bootslot.RolledBack, ""},
 	} {
 		line := waitLine(t, v, `kiln-slot-test: chose [ab]`)
 		if !strings.HasSuffix(strings.TrimSpace(line), "chose "+string(want.slot)) {
 			t.Fatalf("boot %d: %q, want slot %s", v.Boot(), line, want.slot)
+		}
+		// GRUB writes each echo to the serial port twice (its serial and
+		// its EFI console): the first copy is whole.
+		args := regexp.MustCompile(`kiln-slot-test: args=\[([^]]*)\]`).FindStringSubmatch(waitLine(t, v, `kiln-slot-test: args=\[[^]]*\]`))
+		if args[1] != want.args {
+			t.Errorf("boot %d: GRUB passed the extra arguments %q, want %q", v.Boot(), args[1], want.args)
 		}
 		// GRUB saved the record before it said its choice, then waits:
 		// the power is cut while nothing writes.
@@ -63,9 +71,13 @@ func TestBootSlotScriptUnderOVMF(t *testing.T) {
 	}
 }
 
+// slotBArgs are slot b's own kernel arguments, in its arguments file.
+var slotBArgs = []string{"kiln.test=own", "console=ttyS9"}
+
 // slotESPDisk is a GPT disk whose ESP holds an EFI GRUB with the script's
 // modules, the script in /kiln/boot.cfg (linux and initrd print instead
-// of loading a kernel, then GRUB waits) and the record "active a, staged b (tries 1)".
+// of loading a kernel, then GRUB waits), the record "active a, staged b
+// (tries 1)" and slot b's arguments file.
 func slotESPDisk(t *testing.T, dir string) string {
 	t.Helper()
 	const embedded = `serial --unit=0 --speed=115200
@@ -75,7 +87,7 @@ search --no-floppy --set=root --file /kiln/boot.cfg
 configfile ($root)/kiln/boot.cfg
 `
 	cfg := "set timeout=0\n" + strings.NewReplacer("  linux ", "  echo kiln-slot-test: linux ", "  initrd ", "  echo kiln-slot-test: initrd ").
-		Replace(bootslot.Script(nil)) + "echo \"kiln-slot-test: chose ${kiln_slot}\"\nsleep 600\n"
+		Replace(bootslot.Script(nil)) + "echo \"kiln-slot-test: args=[${kiln_args}]\"\necho \"kiln-slot-test: chose ${kiln_slot}\"\nsleep 600\n"
 	digest := "sha256-" + strings.Repeat("ab", 32)
 	r := bootslot.Record{Active: bootslot.A, SlotA: bootslot.Image{Version: "v1", Digest: digest}}
 	r, err := bootslot.Stage(r, bootslot.B, bootslot.Image{Version: "v2", Digest: digest})
@@ -89,7 +101,11 @@ configfile ($root)/kiln/boot.cfg
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{"embedded.cfg": embedded, "boot.cfg": cfg, "grubenv": string(record)}
+	args, err := bootslot.EncodeArgs(slotBArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"embedded.cfg": embedded, "boot.cfg": cfg, "grubenv": string(record), "args.cfg": string(args)}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -101,10 +117,11 @@ configfile ($root)/kiln/boot.cfg
 	runTool(t, dir, "truncate", "-s", "64M", disk)
 	runTool(t, dir, "sgdisk", "-o", "-n", "1:2048:0", "-t", "1:ef00", "-c", "1:KILN-ESP", disk)
 	runTool(t, dir, "mkfs.fat", "-F", "32", "-C", esp, fmt.Sprint(60*1024))
-	runTool(t, dir, "mmd", "-i", esp, "::/EFI", "::/EFI/BOOT", "::/kiln")
+	runTool(t, dir, "mmd", "-i", esp, "::/EFI", "::/EFI/BOOT", "::/kiln", "::/kiln/b")
 	runTool(t, dir, "mcopy", "-i", esp, "BOOTX64.EFI", "::/EFI/BOOT/BOOTX64.EFI")
 	runTool(t, dir, "mcopy", "-i", esp, "boot.cfg", "::/kiln/boot.cfg")
 	runTool(t, dir, "mcopy", "-i", esp, "grubenv", "::"+bootslot.EnvPath)
+	runTool(t, dir, "mcopy", "-i", esp, "args.cfg", "::"+bootslot.B.Args())
 	runTool(t, dir, "dd", "if="+esp, "of="+disk, "bs=1M", "seek=1", "conv=notrunc", "status=none")
 	return disk
 }

@@ -12,8 +12,10 @@ var scriptVars = []string{varActive, varStaged, varPhase, varTries}
 // same choice as Choose: it loads the record's boot variables from
 // EnvPath on $root (the ESP), saves a staged slot's tries less one before
 // it boots that slot, and otherwise boots the active slot (slot a when
-// the record cannot be read). It ends after linux and initrd; the
-// menuentry around it, or a boot command after it, boots.
+// the record cannot be read), with the extra arguments of the slot's
+// Args() file, or extra where it has none. It ends after linux and
+// initrd; the menuentry around it, or a boot command after it, boots.
+// extra must pass CheckArgs.
 func Script(extra []string) string {
 	var b strings.Builder
 	b.WriteString("# kiln A/B boot (contract/bootslot): a staged slot is tried once.\n")
@@ -38,12 +40,15 @@ if [ -n "${kiln_left}" ]; then
 		fmt.Fprintf(&b, "    if [ \"${%s}\" = \"%s\" ]; then set kiln_slot=%s; fi\n", varStaged, s, s)
 	}
 	b.WriteString("  fi\nfi\n")
-	fmt.Fprintf(&b, "if [ \"${kiln_slot}\" = \"%s\" ]; then\n%selse\n%sfi\n", B, loadSlot(B, extra), loadSlot(A, extra))
+	b.WriteString(setArgs(extra))
+	fmt.Fprintf(&b, "if [ \"${kiln_slot}\" = \"%s\" ]; then\n%selse\n%sfi\n", B, loadSlot(B), loadSlot(A))
 	return b.String()
 }
 
-// loadSlot loads slot s's kernel and initrd.
-func loadSlot(s Slot, extra []string) string {
-	args := strings.Join(append(Cmdline(s), extra...), " ")
-	return fmt.Sprintf("  linux %s %s\n  initrd %s\n", s.Kernel(), args, s.Initrd())
+// loadSlot loads slot s's kernel and initrd, with its arguments file's
+// extra arguments when it has one. The expansion is unquoted: GRUB splits
+// it into the arguments.
+func loadSlot(s Slot) string {
+	return fmt.Sprintf("  if [ -f %[1]s ]; then source %[1]s; fi\n  linux %[2]s %[3]s ${%[4]s}\n  initrd %[5]s\n",
+		s.Args(), s.Kernel(), strings.Join(Cmdline(s), " "), argsVar, s.Initrd())
 }

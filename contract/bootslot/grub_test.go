@@ -16,12 +16,12 @@ import (
 func TestScriptLoadsEachSlot(t *testing.T) {
 	script := Script([]string{"quiet"})
 	for _, s := range Slots {
-		want := "linux " + s.Kernel() + " " + strings.Join(Cmdline(s), " ") + " quiet\n  initrd " + s.Initrd() + "\n"
+		want := "if [ -f " + s.Args() + " ]; then source " + s.Args() + "; fi\n  linux " + s.Kernel() + " " + strings.Join(Cmdline(s), " ") + " ${kiln_args}\n  initrd " + s.Initrd() + "\n"
 		if !strings.Contains(script, want) {
 			t.Errorf("the script does not load slot %s with\n%s", s, want)
 		}
 	}
-	for _, needed := range []string{"load_env -f " + EnvPath, "save_env -f " + EnvPath + " kiln_tries"} {
+	for _, needed := range []string{"load_env -f " + EnvPath, "save_env -f " + EnvPath + " kiln_tries", "set kiln_args='quiet'\n"} {
 		if !strings.Contains(script, needed) {
 			t.Errorf("the script has no %q", needed)
 		}
@@ -62,6 +62,14 @@ func (e *emuESP) put(block []byte) {
 	run(e.t, "mcopy", "-o", "-i", e.image, local, "::"+EnvPath)
 }
 
+// putFile writes data at path on the ESP, making its directory.
+func (e *emuESP) putFile(path string, data []byte) {
+	local := filepath.Join(e.dir, filepath.Base(path))
+	writeFile(e.t, local, data)
+	exec.Command("mmd", "-i", e.image, "::"+filepath.Dir(path)).Run() // it may exist
+	run(e.t, "mcopy", "-o", "-i", e.image, local, "::"+path)
+}
+
 func (e *emuESP) get() []byte {
 	local := filepath.Join(e.dir, "grubenv.out")
 	run(e.t, "mcopy", "-o", "-i", e.image, "::"+EnvPath, local)
@@ -79,7 +87,7 @@ insmod echo
 set root=(hd0)
 function linux { for a in "$@"; do echo "kiln-test: linux $a"; done; }
 function initrd { for a in "$@"; do echo "kiln-test: initrd $a"; done; }
-` + Script([]string{"quiet"}) + `echo "kiln-test: end"
+` + Script(builtArgs) + `echo "kiln-test: end"
 reboot
 `
 }
@@ -118,10 +126,18 @@ func (e *emuESP) boot() []string {
 	return lines[:len(lines)-1]
 }
 
-// loads is what the test config prints when the script loads slot s.
-func loads(s Slot) []string {
+// builtArgs are the image's extra arguments Script is made with in the
+// tests: GRUB must pass them as two.
+var builtArgs = []string{"quiet", "kiln.test=1"}
+
+// loads is what the test config prints when the script loads slot s with
+// the built image's extra arguments.
+func loads(s Slot) []string { return loadsWith(s, builtArgs) }
+
+// loadsWith is what it prints when slot s has the extra arguments extra.
+func loadsWith(s Slot, extra []string) []string {
 	var lines []string
-	for _, arg := range append([]string{s.Kernel()}, append(Cmdline(s), "quiet")...) {
+	for _, arg := range append([]string{s.Kernel()}, append(Cmdline(s), extra...)...) {
 		lines = append(lines, "linux "+arg)
 	}
 	return append(lines, "initrd "+s.Initrd())
@@ -166,6 +182,33 @@ func TestScriptInGrubEmu(t *testing.T) {
 		esp.put(bytes.Repeat([]byte{'#'}, BlockSize))
 		if got, want := esp.boot(), loads(A); !reflect.DeepEqual(got, want) {
 			t.Errorf("GRUB printed\n%q\nwant\n%q", got, want)
+		}
+	})
+	// A slot staged with another image boots with that image's arguments,
+	// passed as they are (GRUB's $ and \ and " inside), the other slot
+	// with the built image's.
+	t.Run("a slot's own arguments", func(t *testing.T) {
+		own := []string{"console=ttyS1", `kiln.odd=$x\y"z`, "quiet"}
+		data, err := EncodeArgs(own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		esp.putFile(B.Args(), data)
+		for _, tc := range []struct {
+			rec  Record
+			want []string
+		}{
+			{stagedB, loadsWith(B, own)},
+			{fresh, loads(A)},
+		} {
+			block, err := Encode(tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			esp.put(block)
+			if got := esp.boot(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("record %s: GRUB printed\n%q\nwant\n%q", tc.rec.State(), got, tc.want)
+			}
 		}
 	})
 }

@@ -59,6 +59,10 @@ type Ask struct {
 	// URL/initrd.img, URL/rootfs.squashfs (ArtifactURL).
 	URL       string    `json:"url"`
 	Artifacts Artifacts `json:"artifacts"`
+	// Args are the build's extra kernel arguments (its image spec's
+	// kernel.cmdline), which the staged slot boots with
+	// (bootslot.Slot.Args).
+	Args []string `json:"args"`
 }
 
 // Artifacts are the sha256 (hex) of the build's PXE artifacts, as its
@@ -126,7 +130,15 @@ func (a Ask) validate() error {
 		match("kubernetes", a.Kubernetes, releaseRE, "a release such as v1.37.1"),
 		match("artifacts."+netboot.Kernel, a.Artifacts.Kernel, sha256RE, "64 lower-case hex digits"),
 		match("artifacts."+netboot.Initrd, a.Artifacts.Initrd, sha256RE, "64 lower-case hex digits"),
-		match("artifacts."+netboot.Rootfs, a.Artifacts.Rootfs, sha256RE, "64 lower-case hex digits"))
+		match("artifacts."+netboot.Rootfs, a.Artifacts.Rootfs, sha256RE, "64 lower-case hex digits"),
+		checkArgs(a.Args))
+}
+
+func checkArgs(args []string) error {
+	if err := bootslot.CheckArgs(args); err != nil {
+		return fmt.Errorf("args: %w", err)
+	}
+	return nil
 }
 
 // EncodeStaged is StagedAnnotation's value for the ask request.

@@ -2,6 +2,7 @@ package upgradeask
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ var (
 
 func goodAsk() Ask {
 	return Ask{Request: "m2-3f2a9c", KilnSHA256: hexA, Kubernetes: "v1.37.1", URL: "https://10.0.0.1:8443/images/node",
-		Artifacts: Artifacts{Kernel: hexA, Initrd: hexB, Rootfs: hexA}}
+		Artifacts: Artifacts{Kernel: hexA, Initrd: hexB, Rootfs: hexA}, Args: []string{"quiet", "console=ttyS1"}}
 }
 
 // An ask survives the round trip, and its artifacts are fetched under
@@ -27,7 +28,7 @@ func TestAskRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != goodAsk() {
+	if !reflect.DeepEqual(got, goodAsk()) {
 		t.Errorf("decoded %+v, want %+v", got, goodAsk())
 	}
 	if u := got.ArtifactURL("rootfs.squashfs"); u != "https://10.0.0.1:8443/images/node/rootfs.squashfs" {
@@ -52,6 +53,7 @@ func TestAskRefusesMalformed(t *testing.T) {
 		{"a URL with a trailing slash", func(a *Ask) { a.URL = "http://10.0.0.1/pxe/" }, "no trailing slash"},
 		{"no rootfs digest", func(a *Ask) { a.Artifacts.Rootfs = "" }, "artifacts.rootfs.squashfs"},
 		{"an upper-case initrd digest", func(a *Ask) { a.Artifacts.Initrd = strings.ToUpper(hexB) }, "artifacts.initrd.img"},
+		{"an argument GRUB would split", func(a *Ask) { a.Args = []string{"quiet", "a b"} }, `args: argument 1: "a b" holds whitespace`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := goodAsk()

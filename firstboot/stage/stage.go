@@ -12,6 +12,7 @@
 package stage
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -137,6 +138,9 @@ func (s *Stager) Stage(ctx context.Context, ask upgradeask.Ask, booted bootslot.
 	if err := s.install(ctx, ask, netboot.Initrd, slot.Initrd(), ask.Artifacts.Initrd); err != nil {
 		return fail(err)
 	}
+	if err := s.installArgs(slot, ask.Args); err != nil {
+		return fail(err)
+	}
 
 	// The second write: staged for one try, only with the digest read
 	// back from the partition.
@@ -223,6 +227,19 @@ func (s *Stager) install(ctx context.Context, ask upgradeask.Ask, name, dst, wan
 		return fmt.Errorf("%s from %s has sha256 %s, the ask's is %s", name, url, got, want)
 	}
 	s.log("kiln: %s: %s to %s on the ESP in %s", name, mib(c.n), dst, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// installArgs writes the build's extra kernel arguments on the ESP as
+// slot's arguments file, which GRUB passes when it boots the slot.
+func (s *Stager) installArgs(slot bootslot.Slot, args []string) error {
+	data, err := bootslot.EncodeArgs(args)
+	if err != nil {
+		return fmt.Errorf("the build's kernel arguments: %w", err)
+	}
+	if _, err := s.Store.Install(slot.Args(), bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("installing the build's kernel arguments at %s on the ESP: %w", slot.Args(), err)
+	}
 	return nil
 }
 

@@ -60,6 +60,9 @@ func serveBytes(b []byte) http.HandlerFunc {
 	}
 }
 
+// specArgs are the build's extra kernel arguments the asks carry.
+var specArgs = []string{"quiet", "console=ttyS1,115200"}
+
 // node is a node's disk (slot partitions under dev/), its ESP holding a
 // record, its state partition and a server of the ask's artifacts.
 type node struct {
@@ -110,6 +113,7 @@ func newNode(t *testing.T, rec bootslot.Record, size int64, handlers map[string]
 	n.ask = upgradeask.Ask{
 		Request: "3f2a9c0d11e4b7a8", KilnSHA256: kilnSHA, Kubernetes: "v1.37.1", URL: srv.URL + "/images/node",
 		Artifacts: upgradeask.Artifacts{Kernel: sum256(kernel), Initrd: sum256(initrd), Rootfs: sum256(rootfs)},
+		Args:      specArgs,
 	}
 	return n
 }
@@ -186,6 +190,8 @@ func TestStage(t *testing.T) {
 			state:   "active a, staged b (tries 0)", part: partUntouched, kept: true},
 		{name: "a malformed ask", rec: activeA, booted: bootslot.A, ask: func(a *upgradeask.Ask) { a.KilnSHA256 = "0522ca4d" },
 			wantErr: []string{`kilnSHA256 "0522ca4d"`}, state: "active a", part: partUntouched, kept: true},
+		{name: "a kernel argument GRUB would split", rec: activeA, booted: bootslot.A, ask: func(a *upgradeask.Ask) { a.Args = []string{"a b"} },
+			wantErr: []string{`args: argument 0: "a b" holds whitespace`}, state: "active a", part: partUntouched, kept: true},
 		{name: "the root's digest differs", rec: activeA, booted: bootslot.A,
 			serve:   map[string]http.HandlerFunc{netboot.Rootfs: serveBytes(other)},
 			wantErr: []string{"rootfs.squashfs from {url}/rootfs.squashfs has sha256 " + sum256(other), "the ask's is " + sum256(rootfs)},
@@ -256,7 +262,8 @@ func TestStage(t *testing.T) {
 			}
 			checkPart(t, n.partPath(bootslot.B), size, tc.part)
 			checkPart(t, n.partPath(bootslot.A), size, partUntouched)
-			for path, want := range map[string][]byte{bootslot.B.Kernel(): kernel, bootslot.B.Initrd(): initrd} {
+			args, _ := bootslot.EncodeArgs(specArgs)
+			for path, want := range map[string][]byte{bootslot.B.Kernel(): kernel, bootslot.B.Initrd(): initrd, bootslot.B.Args(): args} {
 				got, _ := os.ReadFile(filepath.Join(n.esp.Dir, path))
 				if tc.boot != bytes.Equal(got, want) {
 					t.Errorf("ESP %s holds %q; want the new one: %v", path, got, tc.boot)

@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +23,8 @@ import (
 
 // AskFor is the ask a rollout onto build writes, but its request ID:
 // the build's releases, its PXE artifacts' digests from its manifest,
-// and url, the base they are served under (kiln serve's, for one).
+// url, the base they are served under (kiln serve's, for one), and the
+// build's extra kernel arguments (specArgs).
 func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
 	a := upgradeask.Ask{KilnSHA256: build.Versions.KilnSHA256, Kubernetes: build.Versions.Kubernetes, URL: url}
 	for _, f := range []struct {
@@ -38,7 +42,42 @@ func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
 				imagemanifest.Path(build.Dir), rel)
 		}
 	}
+	args, err := specArgs(build)
+	if err != nil {
+		return upgradeask.Ask{}, err
+	}
+	a.Args = args
 	return a, nil
+}
+
+// specArgs are the build's extra kernel arguments, read from its iPXE
+// script (the one artifact that records them), once the script is the
+// one its manifest lists.
+func specArgs(build *imagemanifest.Build) ([]string, error) {
+	rel := path.Join(netboot.PXEDir, netboot.Script)
+	file := filepath.Join(build.Dir, filepath.FromSlash(rel))
+	want := ""
+	for _, d := range build.Manifest.Artifacts {
+		if d.Path == rel {
+			want = d.SHA256
+		}
+	}
+	if want == "" {
+		return nil, fmt.Errorf("%s: artifacts: no %s (the build was made without the pxe output): it holds the build's kernel arguments",
+			imagemanifest.Path(build.Dir), rel)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("the build's kernel arguments: %w", err)
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
+		return nil, fmt.Errorf("%s has sha256 %x, %s lists %s: not the build's", file, sum, imagemanifest.Path(build.Dir), want)
+	}
+	args, ok := netboot.SpecArgs(string(data))
+	if !ok {
+		return nil, fmt.Errorf("%s: no kernel line as kiln build writes it, so the build's kernel arguments are unknown", file)
+	}
+	return args, nil
 }
 
 // requestID names the ask to node, on the boot bootBefore, for the
@@ -47,7 +86,7 @@ func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
 // a rollback) the ask is a new one.
 func requestID(node, bootBefore string, ask upgradeask.Ask) string {
 	h := sha256.New()
-	for _, s := range []string{node, bootBefore, ask.KilnSHA256, ask.Artifacts.Kernel, ask.Artifacts.Initrd, ask.Artifacts.Rootfs, ask.URL} {
+	for _, s := range []string{node, bootBefore, ask.KilnSHA256, ask.Artifacts.Kernel, ask.Artifacts.Initrd, ask.Artifacts.Rootfs, ask.URL, strings.Join(ask.Args, " ")} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
