@@ -52,20 +52,9 @@ func benchGenesis(ctx context.Context, o options, work string, r *report) error 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	// The floor is the faster of two plain boots: one boot alone varied
-	// from 36.7 s to 58.3 s between runs on this host, and a slow floor
-	// flatters every ratio beside it.
-	var floor timedBoot
-	for i := range 2 {
-		fmt.Fprintf(os.Stderr, "== genesis: plain boot floor (%d of 2)\n", i+1)
-		b, err := timeBoot(ctx, o, filepath.Join(dir, fmt.Sprintf("plain-%d", i+1)), bootPath{name: "ISO", setup: scenarioPlain}, true, vm.LoginPrompt)
-		if err != nil {
-			return fmt.Errorf("genesis floor: %w", err)
-		}
-		fmt.Fprintf(os.Stderr, "== genesis: plain boot to the login prompt in %.1f s\n", b.took.Seconds())
-		if i == 0 || b.took < floor.took {
-			floor = b
-		}
+	floor, err := fasterPlainBoot(ctx, o, dir, "genesis", bootPath{name: "ISO", setup: scenarioPlain}, 2)
+	if err != nil {
+		return fmt.Errorf("genesis floor: %w", err)
 	}
 	cfgs, err := cluster.Configs(cluster.GenesisSiteTimed(o.genesisTiming), filepath.Join(dir, "pki"))
 	if err != nil {
@@ -200,8 +189,8 @@ func median(cuts []restore, figure func(restore) time.Duration) time.Duration {
 	for _, c := range cuts {
 		all = append(all, figure(c))
 	}
-	slices.Sort(all)
-	return all[(len(all)-1)/2]
+	mid, _, _ := medianSpread(all)
+	return mid
 }
 
 func healthyOf(c restore) time.Duration { return c.healthy }

@@ -3,7 +3,8 @@
 // Markdown results file, with a timeline per part beside it
 // (timeline-<part>.svg: the steps each measured boot printed). `make
 // bench` runs it; it takes 30-45 minutes under TCG, and more with the
-// cluster part (three VMs at once).
+// cluster part (three VMs at once) and the upgrade part (three rolls of a
+// node by kiln upgrade).
 package main
 
 import (
@@ -28,7 +29,7 @@ func main() {
 	flag.StringVar(&opts.cache, "cache", os.Getenv("KILN_CACHE"), "the warm cache; the cold build uses an empty one")
 	flag.StringVar(&opts.results, "results", "bench/results.md", "where the figures go")
 	flag.BoolVar(&opts.skipCold, "skip-cold", false, "skip the cold build (it downloads every package again)")
-	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis, cluster")
+	flag.StringVar(&opts.only, "only", "", "run only these benchmarks, comma-separated: builds, floor, sizes, boots, genesis, cluster, upgrade")
 	flag.StringVar(&opts.bootPaths, "boot", "", "run only the boot paths whose name contains this, e.g. \"kiln serve\"")
 	flag.IntVar(&opts.restores, "genesis-restores", 3, "power cuts in a row in the genesis part; it reports the median")
 	flag.StringVar(&opts.genesisTiming, "genesis-timing", site.TimingDefault, "the genesis part's timing profile (cluster.timing): "+strings.Join(site.Timings, " or ")+
@@ -80,7 +81,7 @@ func run(ctx context.Context, o options) error {
 		run  func(context.Context, options, string, *report) error
 	}{
 		{"builds", benchBuilds}, {"floor", benchFloor}, {"sizes", benchSizes}, {"boots", benchBoots}, {"genesis", benchGenesis},
-		{"cluster", benchCluster},
+		{"cluster", benchCluster}, {"upgrade", benchUpgrade},
 	} {
 		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), m.name) {
 			continue

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,6 +127,17 @@ func ratioRow(what string, d, floor time.Duration, goal float64, note string) ro
 		text += "; " + note
 	}
 	return row{what, secs(d), secs(floor), text}
+}
+
+// medianSpread is the median of ds (the lower middle one of an even
+// count) and its least and greatest; zero for none.
+func medianSpread(ds []time.Duration) (mid, lo, hi time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	return sorted[(len(sorted)-1)/2], sorted[0], sorted[len(sorted)-1]
 }
 
 func mib(n int64) string {

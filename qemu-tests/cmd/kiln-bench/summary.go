@@ -50,6 +50,8 @@ var headlines = []headline{
 	{"w1 re-imaged to Ready", "Cluster (", "**re-image** w1"},
 	{"`kiln node remove m2`", "Cluster (", "**remove**: `kiln node remove m2`"},
 	{"m2 re-imaged to Ready", "Cluster (", "**re-image** m2"},
+	{"upgrade: `kiln upgrade` start to the node's staged answer (median of three)", "Upgrade (", "**staging**"},
+	{"upgrade: the staged node's reboot to its health gate on the new slot (median of three)", "Upgrade (", "**reboot to gate**"},
 }
 
 // resultRow is one row of a results file's table.
