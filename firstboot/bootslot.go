@@ -74,6 +74,21 @@ func trialOf(ctx context.Context, root string, sys System, logf func(string, ...
 	return &bootrecord.Trial{Store: store, Booted: booted, Bound: GateBound, Reboot: rebooter(sys), Log: logf}, nil
 }
 
+// bootedImage is the version the boot-state record gives the slot this
+// boot runs: "" for a boot that names no slot, or a record that cannot be
+// read (trialOf says why).
+func bootedImage(ctx context.Context, root string, sys System) string {
+	booted, store, err := slotStore(ctx, root, sys)
+	if err != nil {
+		return ""
+	}
+	r, err := store.Read()
+	if err != nil {
+		return ""
+	}
+	return r.Image(booted).Version
+}
+
 // slotStore is the slot this boot runs and the boot-state record on the
 // mounted ESP, or bootrecord.ErrNoSlots for a boot that names no slot.
 func slotStore(ctx context.Context, root string, sys System) (bootslot.Slot, bootrecord.Store, error) {

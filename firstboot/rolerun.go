@@ -12,7 +12,9 @@ import (
 
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/skew"
 	"github.com/kiln-project/kiln/firstboot/role"
+	"github.com/kiln-project/kiln/firstboot/stage"
 	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/retry"
@@ -51,7 +53,7 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 	}
 	n.DeferRoleDone = trial != nil
 	start := time.Now()
-	res, err := runChecked(ctx, root, n)
+	res, err := runChecked(ctx, root, n, bootedImage(ctx, root, sys))
 	if trial != nil {
 		boot := bootID(root)
 		trial.Gate = func(ctx context.Context) error { return n.Gate(ctx, boot) }
@@ -111,19 +113,25 @@ func rolePhase(r *RoleStatus) string {
 	return p
 }
 
-// runChecked runs the role once the node file is known to fit the image.
-func runChecked(ctx context.Context, root string, n *role.Node) (role.Result, error) {
-	if err := checkKubernetesVersion(root); err != nil {
+// runChecked runs the role once the node file is known to fit the image
+// (slotImage is the boot-state record's version of the booted slot).
+func runChecked(ctx context.Context, root string, n *role.Node, slotImage string) (role.Result, error) {
+	if err := checkKubernetesVersion(root, slotImage); err != nil {
 		return role.Result{}, err
 	}
 	return n.Run(ctx)
 }
 
 // checkKubernetesVersion refuses a node file that asks for another
-// Kubernetes release than the one baked into the image. A missing file
+// Kubernetes release than the one baked into the image, but for the
+// pair a rollout moves between: on a root slot kiln upgrade staged with
+// this image's release (slotImage "<release>+kiln.<digest>",
+// stage.ImageFor), the node file may name a release the skew policy
+// steps from to this one (the minor before it, or another patch), since
+// the site's nodes keep their configs through the roll. A missing file
 // is left for the role to report; an image that does not record its
 // release is not checked.
-func checkKubernetesVersion(root string) error {
+func checkKubernetesVersion(root, slotImage string) error {
 	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
 	if err != nil {
 		return nil
@@ -132,11 +140,23 @@ func checkKubernetesVersion(root string) error {
 	if err != nil || cat.KubernetesVersion == "" || f.Cluster.KubernetesVersion == "" {
 		return nil
 	}
-	if f.Cluster.KubernetesVersion != cat.KubernetesVersion {
-		return fmt.Errorf("%s asks for Kubernetes %s but this image carries Kubernetes %s (%s): boot an image built for %s, or set cluster.kubernetesVersion to %s in the site file and run kiln gen again",
-			nodefile.Path, f.Cluster.KubernetesVersion, cat.KubernetesVersion, catalog.Path, f.Cluster.KubernetesVersion, cat.KubernetesVersion)
+	want, have := f.Cluster.KubernetesVersion, cat.KubernetesVersion
+	if want == have {
+		return nil
 	}
-	return nil
+	step := skew.Kubernetes(want, have)
+	if staged, ok := stage.ReleaseOf(slotImage); ok && staged == have && step == nil {
+		return nil
+	}
+	why := fmt.Sprintf("boot an image built for %s, or set cluster.kubernetesVersion to %s in the site file and run kiln gen again", want, have)
+	switch {
+	case step != nil:
+		why += " (" + step.Error() + ")"
+	default:
+		why += " (or roll the node onto this image with kiln upgrade, which stages it for the pair of releases it moves between)"
+	}
+	return fmt.Errorf("%s asks for Kubernetes %s but this image carries Kubernetes %s (%s): %s",
+		nodefile.Path, want, have, catalog.Path, why)
 }
 
 func readStatus(root string) Status {

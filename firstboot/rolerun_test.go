@@ -43,21 +43,32 @@ func versionRoot(t *testing.T, nodeVersion, imageVersion string, withCatalog boo
 	return root
 }
 
+// The node file must name the image's release, but on a slot kiln
+// upgrade staged with that release, where it may name one the skew
+// policy steps from: the pair a rollout moves between, nothing wider.
 func TestCheckKubernetesVersion(t *testing.T) {
+	const staged137 = "v1.37.1+kiln.0522ca4d8ea4"
 	for _, tc := range []struct {
 		name            string
 		node, image     string
 		withCatalog     bool
+		slotImage       string // the booted slot's version in the boot-state record
 		wantErrMentions []string
 	}{
-		{"same release", "v1.37.1", "v1.37.1", true, nil},
-		{"other patch release", "v1.37.0", "v1.37.1", true, []string{"v1.37.0", "v1.37.1", nodefile.Path}},
-		{"other minor release", "v1.38.1", "v1.37.1", true, []string{"v1.38.1", "v1.37.1"}},
-		{"image without the field is not checked", "v1.38.1", "", true, nil},
-		{"no catalog is left to the role", "v1.38.1", "", false, nil},
+		{"same release", "v1.37.1", "v1.37.1", true, "", nil},
+		{"other patch release", "v1.37.0", "v1.37.1", true, "", []string{"v1.37.0", "v1.37.1", nodefile.Path, "roll the node onto this image with kiln upgrade"}},
+		{"other minor release", "v1.38.1", "v1.37.1", true, "", []string{"v1.38.1", "v1.37.1"}},
+		{"the next minor, staged by kiln upgrade", "v1.36.3", "v1.37.1", true, staged137, nil},
+		{"another patch, staged by kiln upgrade", "v1.37.0", "v1.37.1", true, staged137, nil},
+		{"the next minor on the built slot", "v1.36.3", "v1.37.1", true, "v1.0.0", []string{"v1.36.3", "roll the node onto this image with kiln upgrade"}},
+		{"the next minor, staged for another release", "v1.36.3", "v1.37.1", true, "v1.37.2+kiln.0522ca4d8ea4", []string{"v1.36.3"}},
+		{"a skipped minor, staged", "v1.35.2", "v1.37.1", true, staged137, []string{"skips 1.36"}},
+		{"a downgrade, staged", "v1.38.0", "v1.37.1", true, staged137, []string{"downgrade"}},
+		{"image without the field is not checked", "v1.38.1", "", true, "", nil},
+		{"no catalog is left to the role", "v1.38.1", "", false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkKubernetesVersion(versionRoot(t, tc.node, tc.image, tc.withCatalog))
+			err := checkKubernetesVersion(versionRoot(t, tc.node, tc.image, tc.withCatalog), tc.slotImage)
 			if tc.wantErrMentions == nil {
 				if err != nil {
 					t.Fatalf("err = %v, want none", err)

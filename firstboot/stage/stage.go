@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
@@ -89,6 +90,14 @@ func ImageFor(a upgradeask.Ask) bootslot.Image {
 		Version: a.Kubernetes + "+kiln." + a.KilnSHA256[:min(12, len(a.KilnSHA256))],
 		Digest:  "sha256-" + a.Artifacts.Rootfs,
 	}
+}
+
+// ReleaseOf is the Kubernetes release of an image version ImageFor made,
+// and whether version is one (the image a slot was built with has
+// kiln's version instead).
+func ReleaseOf(version string) (string, bool) {
+	release, _, ok := strings.Cut(version, "+kiln.")
+	return release, ok && release != ""
 }
 
 // Stage writes the ask's build into the slot booted does not run and

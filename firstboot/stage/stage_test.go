@@ -324,3 +324,18 @@ func TestImageForFitsTheRecord(t *testing.T) {
 		t.Errorf("the record refuses the image: %v", err)
 	}
 }
+
+func TestReleaseOf(t *testing.T) {
+	for _, tc := range []struct {
+		version, release string
+		ok               bool
+	}{
+		{ImageFor(upgradeask.Ask{Kubernetes: "v1.37.1", KilnSHA256: kilnSHA}).Version, "v1.37.1", true},
+		{"v1.0.0", "", false},
+		{"+kiln.0522ca4d8ea4", "", false},
+	} {
+		if r, ok := ReleaseOf(tc.version); r != tc.release && tc.ok || ok != tc.ok {
+			t.Errorf("ReleaseOf(%q) = %q, %v; want %q, %v", tc.version, r, ok, tc.release, tc.ok)
+		}
+	}
+}

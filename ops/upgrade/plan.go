@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-project/kiln/contract/imagemanifest"
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/contract/skew"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/node/etcdmember"
 )
@@ -141,6 +142,7 @@ func (p *Planner) Plan(ctx context.Context) (*Plan, error) {
 		}
 		plan.Steps = append(plan.Steps, s.Step)
 	}
+	plan.Problems = append(plan.Problems, p.siteRelease(plan)...)
 	plan.Notes = append(plan.Notes, unnamedNodes(p.Site, c.nodes)...)
 	plan.Notes = append(plan.Notes, unpublished(plan.Steps)...)
 	return plan, nil
@@ -271,6 +273,24 @@ func (p *Planner) masterMember(c *cluster, sn site.Node, s *planned) *etcdmember
 	return nil
 }
 
+// siteRelease holds the site's Kubernetes release to the pair a rollout
+// moves between: the site's nodes keep their node files through the
+// roll, and a node accepts its file's release on the new image only when
+// it steps to the image's (firstboot's checkKubernetesVersion). A site of
+// another release than the image's gets a note saying what to do after
+// the rollout; one that cannot step to it is a problem.
+func (p *Planner) siteRelease(plan *Plan) []string {
+	have, want := p.Site.Cluster.KubernetesVersion, p.Target.Kubernetes
+	if err := skew.Kubernetes(have, want); err != nil {
+		return []string{fmt.Sprintf("%s: cluster.kubernetesVersion: %v: every node would refuse its node file on the new image", p.Site.File, err)}
+	}
+	if !sameRelease(have, want) {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("%s names Kubernetes %s, the image %s: each node takes that pair on the slot the rollout stages; "+
+			"once every node runs %s, set cluster.kubernetesVersion to it and run kiln gen", p.Site.File, have, want, want))
+	}
+	return nil
+}
+
 // done reports whether the node runs the target image: its kiln binary's
 // digest and its kubelet's release are the target's (and a master's
 // etcd, when it answered). A node that publishes no digest is not done:
@@ -284,7 +304,7 @@ func (p *Planner) done(s Step) bool {
 
 // skew refuses every release step the node may not take at once.
 func (p *Planner) skew(s *planned) {
-	if err := KubernetesSkew(s.From.Kubernetes, p.Target.Kubernetes); err != nil {
+	if err := skew.Kubernetes(s.From.Kubernetes, p.Target.Kubernetes); err != nil {
 		s.refuse("kubelet", "%v", err)
 	}
 	switch {
@@ -292,7 +312,7 @@ func (p *Planner) skew(s *planned) {
 	case s.From.Etcd == "":
 		s.refuse("etcd", "the release of %s's etcd member is unknown (it did not answer a status call)", s.Node)
 	default:
-		if err := EtcdSkew(s.From.Etcd, p.Target.Etcd); err != nil {
+		if err := skew.Etcd(s.From.Etcd, p.Target.Etcd); err != nil {
 			s.refuse("etcd", "%v", err)
 		}
 	}

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,6 +142,11 @@ func all(im image) fakeCluster {
 	return c
 }
 
+// siteOn is the three-master site with its cluster on Kubernetes release.
+func siteOn(release string) string {
+	return strings.Replace(threeMasters, "kubernetesVersion: v1.37.1", "kubernetesVersion: "+release, 1)
+}
+
 // Every case's plan is its golden file testdata/plan/<name>.txt (what
 // --dry-run prints); actions pins each node's ACTION cell, and the plan
 // refuses to start exactly when a problem or a refusal is expected.
@@ -154,6 +160,8 @@ func TestPlan(t *testing.T) {
 		problems int
 		// acceptOutage is Planner.AcceptOutage (--accept-outage).
 		acceptOutage bool
+		// targetKubernetes, if set, is the target build's release.
+		targetKubernetes string
 	}{
 		{name: "a fresh rollout: masters first, one at a time, then workers", site: threeMasters, cluster: all(old),
 			actions: map[string]string{"m1": "roll", "m2": "roll", "m3": "roll", "w1": "roll", "w2": "roll"}},
@@ -167,6 +175,10 @@ func TestPlan(t *testing.T) {
 			actions: map[string]string{"w1": "roll", "w2": "skip: already on the target image"}},
 		{name: "a skipped minor, an etcd two steps behind", site: threeMasters, cluster: all(oldest),
 			actions: map[string]string{"m1": "refused: kubelet, etcd", "w1": "refused: kubelet"}},
+		{name: "the site one minor behind the image: a note", site: siteOn("v1.36.3"), cluster: all(old),
+			actions: map[string]string{"m1": "roll", "w2": "roll"}},
+		{name: "an image a minor behind the site: a problem", site: threeMasters, cluster: all(old), targetKubernetes: "v1.36.3",
+			actions: map[string]string{"m1": "roll", "w2": "roll"}, problems: 1},
 		{name: "a downgrade across minors", site: threeMasters, cluster: all(newer),
 			actions: map[string]string{"m1": "refused: kubelet", "w2": "refused: kubelet"}},
 		{name: "two masters: neither keeps quorum down", site: twoMasters,
@@ -195,7 +207,9 @@ func TestPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &Planner{Site: s, Kube: fake.NewClientset(tc.cluster.objs...), Etcd: tc.cluster.etcd, Target: target, AcceptOutage: tc.acceptOutage}
+			tgt := target
+			tgt.Kubernetes = cmp.Or(tc.targetKubernetes, tgt.Kubernetes)
+			p := &Planner{Site: s, Kube: fake.NewClientset(tc.cluster.objs...), Etcd: tc.cluster.etcd, Target: tgt, AcceptOutage: tc.acceptOutage}
 			plan, err := p.Plan(context.Background())
 			if err != nil {
 				t.Fatal(err)

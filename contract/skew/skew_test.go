@@ -1,11 +1,11 @@
-package upgrade
+package skew
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestKubernetesSkew(t *testing.T) {
+func TestKubernetes(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to string
 		want           string // "" : allowed
@@ -20,12 +20,12 @@ func TestKubernetesSkew(t *testing.T) {
 		{"no version", "", "v1.37.1", `Kubernetes release ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			check(t, KubernetesSkew(tc.from, tc.to), tc.want)
+			check(t, Kubernetes(tc.from, tc.to), tc.want)
 		})
 	}
 }
 
-func TestEtcdSkew(t *testing.T) {
+func TestEtcd(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to string
 		want           string
@@ -37,7 +37,7 @@ func TestEtcdSkew(t *testing.T) {
 		{"down a minor: 3.6 to 3.5", "3.6.5", "v3.5.21", "downgrade"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			check(t, EtcdSkew(tc.from, tc.to), tc.want)
+			check(t, Etcd(tc.from, tc.to), tc.want)
 		})
 	}
 }
