@@ -36,14 +36,24 @@ var (
 
 // kubeconfig is a kubeconfig a role receives: its file name under
 // KubeconfigDir and the client certificate it carries.
-type kubeconfig struct{ name, stem string }
+// kubeconfig is one kubeconfig a node receives: its file name, the
+// client certificate's stem, and whether it reaches this master's own
+// apiserver rather than any through the discovery name.
+type kubeconfig struct {
+	name, stem string
+	local      bool
+}
 
 var (
-	everyNodeKubeconfigs = []kubeconfig{{"kubelet.conf", "nodes/{node}/kubelet-client"}}
-	masterKubeconfigs    = []kubeconfig{
-		{"controller-manager.conf", "controller-manager"},
-		{"scheduler.conf", "scheduler"},
-		{path.Base(nodefile.AgentKubeconfig), "nodes/{node}/agent"},
+	everyNodeKubeconfigs = []kubeconfig{{name: "kubelet.conf", stem: "nodes/{node}/kubelet-client"}}
+	// The controller-manager and the scheduler talk to their own master's
+	// apiserver, as kubeadm's do: while a rollout moves the masters to
+	// the next minor one at a time, neither is ever newer than the
+	// apiserver it talks to. Both start once that apiserver is ready.
+	masterKubeconfigs = []kubeconfig{
+		{name: "controller-manager.conf", stem: "controller-manager", local: true},
+		{name: "scheduler.conf", stem: "scheduler", local: true},
+		{name: path.Base(nodefile.AgentKubeconfig), stem: "nodes/{node}/agent"},
 	}
 )
 
@@ -78,7 +88,7 @@ func kubeconfigsFor(n site.Node) []kubeconfig {
 	}
 	out := make([]kubeconfig, len(list))
 	for i, k := range list {
-		out[i] = kubeconfig{k.name, strings.ReplaceAll(k.stem, "{node}", n.Name)}
+		out[i] = kubeconfig{k.name, strings.ReplaceAll(k.stem, "{node}", n.Name), k.local}
 	}
 	return out
 }

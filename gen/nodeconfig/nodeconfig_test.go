@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -645,6 +646,44 @@ func TestOnlyTheMastersAgentIsSystemMasters(t *testing.T) {
 			if want := n.IsMaster() && f.Path == nodefile.AgentKubeconfig; masters != want {
 				t.Errorf("%s:%s in system:masters: %v, want %v", n.Name, f.Path, masters, want)
 			}
+		}
+	}
+}
+
+// A master's controller-manager and scheduler reach its own apiserver
+// (a rollout never makes them newer than the apiserver they talk to);
+// the kubelet and the agent reach any master through the discovery name.
+func TestKubeconfigServers(t *testing.T) {
+	s := exampleSite(t)
+	st := freshPKI(t, s)
+	local := "https://127.0.0.1:" + fmt.Sprint(s.Cluster.APIServerPort)
+	discovered := "https://" + s.Cluster.DiscoveryName + ":" + fmt.Sprint(s.Cluster.APIServerPort)
+	for _, n := range s.Nodes {
+		data, err := Render(s, st, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, f := range decode(t, data).Storage.Files {
+			if !strings.HasPrefix(f.Path, KubeconfigDir+"/") {
+				continue
+			}
+			cfg, err := clientcmd.Load(contents(t, f))
+			if err != nil {
+				t.Fatalf("%s:%s: %v", n.Name, f.Path, err)
+			}
+			want := discovered
+			if base := path.Base(f.Path); base == "controller-manager.conf" || base == "scheduler.conf" {
+				want, seen = local, seen+1
+			}
+			for name, c := range cfg.Clusters {
+				if c.Server != want {
+					t.Errorf("%s:%s cluster %s: server %s, want %s", n.Name, f.Path, name, c.Server, want)
+				}
+			}
+		}
+		if want := map[bool]int{true: 2, false: 0}[n.IsMaster()]; seen != want {
+			t.Errorf("%s: %d controller-manager and scheduler kubeconfigs, want %d", n.Name, seen, want)
 		}
 	}
 }

@@ -61,8 +61,13 @@ func render(s *site.Site, st pki.Store, n site.Node, fallback []string) ([]byte,
 		add(EncryptionConfigPath, EncryptionConfig(key))
 	}
 	server := fmt.Sprintf("https://%s", net.JoinHostPort(s.Cluster.DiscoveryName, fmt.Sprint(s.Cluster.APIServerPort)))
+	local := fmt.Sprintf("https://%s", net.JoinHostPort("127.0.0.1", fmt.Sprint(s.Cluster.APIServerPort)))
 	for _, k := range kubeconfigsFor(n) {
-		data, err := Kubeconfig(s, st, server, k.stem)
+		url := server
+		if k.local {
+			url = local // the apiserver certificate names 127.0.0.1
+		}
+		data, err := Kubeconfig(s, st, url, k.stem)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: kubeconfig %s: %w", n.Name, k.name, err)
 		}
