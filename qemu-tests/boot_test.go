@@ -2,15 +2,19 @@ package qemutests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/firstboot/source"
+	"github.com/kiln-project/kiln/firstboot/state"
 	"github.com/kiln-project/kiln/internal/ignition"
 	"github.com/kiln-project/kiln/qemu-tests/vm"
 )
@@ -105,7 +109,35 @@ func TestRawDiskSurvivesPowerCut(t *testing.T) {
 	if _, ok := v.Find(regexp.MustCompile(`state partition created`)); ok {
 		t.Error("the second boot created the state partition again")
 	}
+	v.PowerCut()
+	expectStateLayout(t, disk)
 	panickingTryRollsBack(t, v, disk)
+}
+
+// expectStateLayout reads the layout record of the state partition the
+// agent made (partition 4 of the powered-off disk): this kiln's layout,
+// and the kiln that wrote it.
+func expectStateLayout(t *testing.T, disk string) {
+	t.Helper()
+	start, err := exec.Command("partx", "-g", "-o", "START", "-n", "4", disk).Output()
+	if err != nil {
+		t.Fatalf("partx: the state partition of %s: %v", disk, err)
+	}
+	sector, err := strconv.ParseInt(strings.TrimSpace(string(start)), 10, 64)
+	if err != nil {
+		t.Fatalf("partx: %q: %v", start, err)
+	}
+	cmd := exec.Command("debugfs", "-R", "cat /"+state.LayoutFile, fmt.Sprintf("%s?offset=%d", disk, sector*512))
+	data, err := cmd.Output()
+	var rec struct {
+		Layout    int    `json:"layout"`
+		WrittenBy string `json:"writtenBy"`
+	}
+	if err != nil || json.Unmarshal(data, &rec) != nil || rec.Layout != state.Layout || rec.WrittenBy == "" {
+		t.Errorf("the state partition's %s: %q (%v); want layout %d and the kiln that wrote it", state.LayoutFile, data, err, state.Layout)
+		return
+	}
+	t.Logf("state partition: layout %d, written by kiln %s", rec.Layout, rec.WrittenBy)
 }
 
 // panickingTryRollsBack stages slot b on the powered-off raw disk with an
