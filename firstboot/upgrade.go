@@ -10,14 +10,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/kiln-project/kiln/contract/bootslot"
 	"github.com/kiln-project/kiln/contract/layout"
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/firstboot/bootrecord"
+	"github.com/kiln-project/kiln/firstboot/role"
 	"github.com/kiln-project/kiln/firstboot/stage"
 	"github.com/kiln-project/kiln/firstboot/upgrader"
 	"github.com/kiln-project/kiln/internal/atomicfile"
@@ -37,12 +35,7 @@ func RunUpgrade(ctx context.Context, root string, console io.Writer, sys System)
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, nodefile.KubeconfigDir, "kubelet.conf"))
-	if err != nil {
-		return fmt.Errorf("the kubelet kubeconfig: %w", err)
-	}
-	cfg.Timeout = 30 * time.Second
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := role.KubeletClient(root)
 	if err != nil {
 		return err
 	}

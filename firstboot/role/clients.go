@@ -3,6 +3,7 @@ package role
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -50,8 +51,13 @@ func (c clients) kubeAt(address string) (kubernetes.Interface, error) {
 }
 
 // kubelet talks to the cluster as this node's kubelet.
-func (c clients) kubelet() (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.env.path(nodefile.KubeconfigDir+"/kubelet.conf"))
+func (c clients) kubelet() (kubernetes.Interface, error) { return KubeletClient(c.env.root) }
+
+// KubeletClient is a client of the cluster as the kubelet of the node
+// under root, through the discovery name: what NodeRestriction lets a
+// kubelet do (read and annotate its own Node).
+func KubeletClient(root string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, nodefile.KubeconfigDir, "kubelet.conf"))
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet kubeconfig: %w", err)
 	}
