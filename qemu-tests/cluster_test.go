@@ -1,6 +1,7 @@
 package qemutests
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -675,8 +676,9 @@ func checkWholeCluster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube k
 }
 
 // checkClusterDNS: a pod on node from resolves the kubernetes Service's
-// name through cluster DNS, once the cluster DNS Service has a ready
-// endpoint (the gate a joining master's agent waits at too), retrying
+// name through cluster DNS (its resolver, then over UDP only at the
+// Service's ClusterIP and at each DNS pod's IP), once the cluster DNS
+// Service has a ready endpoint (the gate a joining master's agent waits at too), retrying
 // as long as the slow timing profile of the QEMU sites gives the agent's
 // own validation pod. After a whole-cluster cut the endpoint may still be
 // the one from before it, so the retries carry the check: a CI run's pod
@@ -690,11 +692,68 @@ func checkClusterDNS(t *testing.T, kube kubernetes.Interface, image, from string
 		return clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
 	})
 	retry := manifests.TimingFor(site.TimingSlow).DNSCheck
-	pod := clustercheck.CheckPod("dns-check", image, from, "dns", "--retry", retry.String(), serviceName)
-	if _, logs := runCheckPod(t, kube, pod); !strings.Contains(logs, "resolved "+serviceName+": [10.96.0.1]") {
-		t.Fatalf("cluster DNS from %s: %q\nCoreDNS:\n%s", from, logs,
-			clustercheck.PodLogs(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 20))
+	servers, where := dnsServers(t, kube)
+	args := []string{"dns", "--retry", retry.String(), serviceName}
+	for _, s := range servers {
+		args = append(args, "--server", s)
 	}
+	t.Logf("cluster DNS from %s: the pod's resolver, then over UDP %s", from, where)
+	pod := clustercheck.CheckPod("dns-check", image, from, args...)
+	_, logs := runCheckPod(t, kube, pod)
+	want := []string{"resolved " + serviceName + ": [10.96.0.1]"}
+	for _, s := range servers {
+		want = append(want, "resolved "+serviceName+" at "+s+" over UDP: [10.96.0.1]")
+	}
+	for _, w := range want {
+		if !strings.Contains(logs, w) {
+			t.Fatalf("cluster DNS from %s: want %q in %q\nCoreDNS:\n%s", from, w, logs,
+				clustercheck.PodLogs(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 20))
+		}
+	}
+}
+
+// dnsServers are the cluster DNS Service's ClusterIP and the pod IPs of
+// its ready endpoints, which a check pod asks directly over UDP: a pod
+// on another node asking a DNS pod by its IP is UDP between pods, what
+// the HTTP check of the pod network does not cover. where says which is
+// which, and the nodes the DNS pods run on.
+func dnsServers(t *testing.T, kube kubernetes.Interface) (servers []string, where string) {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := kube.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, manifests.ClusterDNSService, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the cluster DNS Service: %v", err)
+	}
+	servers = []string{svc.Spec.ClusterIP}
+	parts := []string{"the ClusterIP " + svc.Spec.ClusterIP}
+	eventually(t, "a ready cluster DNS pod IP", clusterSettle, func() error {
+		list, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
+			LabelSelector: "kubernetes.io/service-name=" + manifests.ClusterDNSService})
+		if err != nil {
+			return err
+		}
+		for _, sl := range list.Items {
+			for _, ep := range sl.Endpoints {
+				if len(ep.Addresses) == 0 || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || slices.Contains(servers, ep.Addresses[0]) {
+					continue
+				}
+				servers = append(servers, ep.Addresses[0])
+				parts = append(parts, fmt.Sprintf("the pod IP %s (on %s)", ep.Addresses[0], cmp.Or(ptrString(ep.NodeName), "?")))
+			}
+		}
+		if len(servers) == 1 {
+			return fmt.Errorf("no ready endpoint")
+		}
+		return nil
+	})
+	return servers, strings.Join(parts, ", ")
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // kubectlGetNodes runs the operator's kubectl with admin.kubeconfig as

@@ -244,6 +244,7 @@ func newCheckCmd() *cobra.Command {
 	var retry time.Duration
 	var status int
 	var answer netcheck.Answer
+	var servers []string
 	dns := &cobra.Command{
 		Use:   "dns NAME",
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
@@ -251,7 +252,11 @@ func newCheckCmd() *cobra.Command {
 
 With --want or --not it retries (within --retry) until the answer holds
 every --want address and no --not address: the discovery name follows
-the apiservers serving, so a check of that set waits here for it.`,
+the apiservers serving, so a check of that set waits here for it.
+
+Each --server is asked as well, directly and over UDP only ("resolved
+NAME at SERVER over UDP: ..."): a DNS server's pod IP, or a ClusterIP,
+proves UDP between pods where the pod's resolver might fall back to TCP.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			addrs, err := netcheck.Resolve(cmd.Context(), args[0], answer, retry, cmd.ErrOrStderr())
@@ -259,6 +264,13 @@ the apiservers serving, so a check of that set waits here for it.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
+			for _, server := range servers {
+				addrs, err := netcheck.ResolveUDP(cmd.Context(), args[0], server, answer, retry, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "resolved %s at %s over UDP: %v\n", args[0], server, addrs)
+			}
 			return nil
 		},
 	}
@@ -283,6 +295,7 @@ the apiservers serving, so a check of that set waits here for it.`,
 	}
 	dns.Flags().StringSliceVar(&answer.Include, "want", nil, "an address the answer must hold (repeatable)")
 	dns.Flags().StringSliceVar(&answer.Exclude, "not", nil, "an address the answer must not hold (repeatable)")
+	dns.Flags().StringSliceVar(&servers, "server", nil, "also ask this DNS server (IP or IP:port) directly, over UDP only (repeatable)")
 	var listen string
 	serve := &cobra.Command{
 		Use:   "serve",

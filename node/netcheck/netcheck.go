@@ -57,9 +57,28 @@ func (a Answer) check(addrs []string) error {
 // to progress. A discovery name follows the apiservers serving, so a
 // caller that expects a set waits here, in one process, for it.
 func Resolve(ctx context.Context, name string, want Answer, bound time.Duration, progress io.Writer) ([]string, error) {
+	return resolveWith(ctx, net.DefaultResolver, "resolving "+name, name, want, bound, progress)
+}
+
+// ResolveUDP is Resolve asking the DNS server at server (an IP, port 53,
+// or IP:port) itself, over UDP only: a check of UDP between pods (a DNS
+// server's pod IP, a ClusterIP) must not pass by falling back to TCP.
+func ResolveUDP(ctx context.Context, name, server string, want Answer, bound time.Duration, progress io.Writer) ([]string, error) {
+	addr := server
+	if _, _, err := net.SplitHostPort(server); err != nil {
+		addr = net.JoinHostPort(server, "53")
+	}
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", addr)
+	}}
+	return resolveWith(ctx, r, "resolving "+name+" at "+addr+" over UDP", name, want, bound, progress)
+}
+
+func resolveWith(ctx context.Context, r *net.Resolver, what, name string, want Answer, bound time.Duration, progress io.Writer) ([]string, error) {
 	var addrs []string
-	err := retryBound(ctx, bound, progress, "resolving "+name, func(ctx context.Context) (err error) {
-		if addrs, err = net.DefaultResolver.LookupHost(ctx, name); err != nil {
+	err := retryBound(ctx, bound, progress, what, func(ctx context.Context) (err error) {
+		if addrs, err = r.LookupHost(ctx, name); err != nil {
 			return err
 		}
 		return want.check(addrs)

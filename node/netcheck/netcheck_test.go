@@ -3,12 +3,16 @@ package netcheck
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 func TestGetReturnsTheEchoWithTheCallersAddress(t *testing.T) {
@@ -117,5 +121,66 @@ func TestResolveWaitsForTheAnswerWanted(t *testing.T) {
 				t.Errorf("gave up after %s without retrying (progress %q)", time.Since(start), progress.String())
 			}
 		})
+	}
+}
+
+// udpDNS is a DNS server on a loopback UDP port that answers every A
+// question with addr, and counts the questions.
+func udpDNS(t *testing.T, addr [4]byte) (string, *atomic.Int32) {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var asked atomic.Int32
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			asked.Add(1)
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
+			b.StartQuestions()
+			b.Question(q)
+			b.StartAnswers()
+			if q.Type == dnsmessage.TypeA {
+				b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: addr})
+			}
+			if msg, err := b.Finish(); err == nil {
+				conn.WriteTo(msg, from)
+			}
+		}
+	}()
+	return conn.LocalAddr().String(), &asked
+}
+
+// ResolveUDP asks the server it is given, over UDP, and gives up within
+// its bound when nothing answers there.
+func TestResolveUDP(t *testing.T) {
+	server, asked := udpDNS(t, [4]byte{192, 0, 2, 7})
+	addrs, err := ResolveUDP(context.Background(), "kiln-check.example", server, Answer{Include: []string{"192.0.2.7"}}, time.Second, &bytes.Buffer{})
+	if err != nil || !slices.Equal(addrs, []string{"192.0.2.7"}) || asked.Load() == 0 {
+		t.Fatalf("ResolveUDP = %v, %v (%d questions); want [192.0.2.7] from the server", addrs, err, asked.Load())
+	}
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	_, err = ResolveUDP(context.Background(), "kiln-check.example", silent.LocalAddr().String(), Answer{}, 2*time.Second, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "at "+silent.LocalAddr().String()+" over UDP: gave up after 2s") {
+		t.Fatalf("ResolveUDP of a server that does not answer = %v", err)
 	}
 }
