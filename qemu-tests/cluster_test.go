@@ -1,7 +1,6 @@
 package qemutests
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -676,14 +675,14 @@ func checkWholeCluster(t *testing.T, tp cluster.Topology, seg *netns.Net, kube k
 }
 
 // checkClusterDNS: a pod on node from resolves the kubernetes Service's
-// name through cluster DNS (its resolver, then over UDP only at the
-// Service's ClusterIP and at each DNS pod's IP), once the cluster DNS
-// Service has a ready endpoint (the gate a joining master's agent waits at too), retrying
-// as long as the slow timing profile of the QEMU sites gives the agent's
-// own validation pod. After a whole-cluster cut the endpoint may still be
-// the one from before it, so the retries carry the check: a CI run's pod
+// name through cluster DNS: with its resolver, then over UDP only at the
+// DNS Service's ClusterIP and at each DNS pod's current IP. It starts once
+// the DNS Service has a ready endpoint (the gate a joining master's agent
+// waits at too) and retries as long as the slow timing profile of the
+// QEMU sites gives the agent's own validation pod: after a whole-cluster
+// cut the endpoint may still be the one from before it (a CI run's pod
 // gave up after a fixed two minutes, and in the two-node scenario on a
-// slow machine the pod needed 2m32s while every agent had said done.
+// slow machine the pod needed 2m32s while every agent had said done).
 // What CoreDNS said is in the failure.
 func checkClusterDNS(t *testing.T, kube kubernetes.Interface, image, from string) {
 	t.Helper()
@@ -692,68 +691,70 @@ func checkClusterDNS(t *testing.T, kube kubernetes.Interface, image, from string
 		return clustercheck.ServiceReady(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSService)
 	})
 	retry := manifests.TimingFor(site.TimingSlow).DNSCheck
-	servers, where := dnsServers(t, kube)
-	args := []string{"dns", "--retry", retry.String(), serviceName}
-	for _, s := range servers {
-		args = append(args, "--server", s)
-	}
-	t.Logf("cluster DNS from %s: the pod's resolver, then over UDP %s", from, where)
-	pod := clustercheck.CheckPod("dns-check", image, from, args...)
+	clusterIP := dnsPodsService(t, kube)
+	pods := dnsPodsName + "." + metav1.NamespaceSystem + ".svc.cluster.local"
+	pod := clustercheck.CheckPod("dns-check", image, from, "dns", "--retry", retry.String(), serviceName,
+		"--server", clusterIP, "--servers-of", pods)
 	_, logs := runCheckPod(t, kube, pod)
-	want := []string{"resolved " + serviceName + ": [10.96.0.1]"}
-	for _, s := range servers {
-		want = append(want, "resolved "+serviceName+" at "+s+" over UDP: [10.96.0.1]")
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("cluster DNS from %s: %s; logs:\n%s\nCoreDNS:\n%s", from, fmt.Sprintf(format, args...), logs,
+			clustercheck.PodLogs(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 20))
 	}
-	for _, w := range want {
+	for _, w := range []string{"resolved " + serviceName + ": [10.96.0.1]", "resolved " + serviceName + " at " + clusterIP + " over UDP: [10.96.0.1]"} {
 		if !strings.Contains(logs, w) {
-			t.Fatalf("cluster DNS from %s: want %q in %q\nCoreDNS:\n%s", from, w, logs,
-				clustercheck.PodLogs(ctx, kube, metav1.NamespaceSystem, manifests.ClusterDNSSelector, 20))
+			fail("no %q", w)
 		}
+	}
+	m := regexp.MustCompile(`resolved ` + regexp.QuoteMeta(pods) + `: \[([^]]+)\]`).FindStringSubmatch(logs)
+	if m == nil {
+		fail("the DNS pods' addresses (%s) unresolved", pods)
+	}
+	for _, ip := range strings.Fields(m[1]) {
+		if !strings.Contains(logs, "resolved "+serviceName+" at "+ip+" over UDP: [10.96.0.1]") {
+			fail("the DNS pod at %s did not answer over UDP", ip)
+		}
+		t.Logf("cluster DNS from %s: answered over UDP at the ClusterIP %s and at the DNS pod %s (on %s)", from, clusterIP, ip, podNode(ctx, kube, ip))
 	}
 }
 
-// dnsServers are the cluster DNS Service's ClusterIP and the pod IPs of
-// its ready endpoints, which a check pod asks directly over UDP: a pod
-// on another node asking a DNS pod by its IP is UDP between pods, what
-// the HTTP check of the pod network does not cover. where says which is
-// which, and the nodes the DNS pods run on.
-func dnsServers(t *testing.T, kube kubernetes.Interface) (servers []string, where string) {
+// dnsPodsName is a headless Service of the cluster DNS pods the test
+// makes: its name resolves to their current pod IPs, which a check pod
+// then asks directly over UDP (UDP between pods, which the HTTP check of
+// the pod network does not cover). A pod IP read from the API before the
+// check pod starts may be the one from before a power cut.
+const dnsPodsName = "kiln-check-dns-pods"
+
+// dnsPodsService makes the headless Service (once) and returns the
+// cluster DNS Service's ClusterIP.
+func dnsPodsService(t *testing.T, kube kubernetes.Interface) string {
 	t.Helper()
 	ctx := context.Background()
 	svc, err := kube.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, manifests.ClusterDNSService, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the cluster DNS Service: %v", err)
 	}
-	servers = []string{svc.Spec.ClusterIP}
-	parts := []string{"the ClusterIP " + svc.Spec.ClusterIP}
-	eventually(t, "a ready cluster DNS pod IP", clusterSettle, func() error {
-		list, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-			LabelSelector: "kubernetes.io/service-name=" + manifests.ClusterDNSService})
-		if err != nil {
-			return err
-		}
-		for _, sl := range list.Items {
-			for _, ep := range sl.Endpoints {
-				if len(ep.Addresses) == 0 || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || slices.Contains(servers, ep.Addresses[0]) {
-					continue
-				}
-				servers = append(servers, ep.Addresses[0])
-				parts = append(parts, fmt.Sprintf("the pod IP %s (on %s)", ep.Addresses[0], cmp.Or(ptrString(ep.NodeName), "?")))
-			}
-		}
-		if len(servers) == 1 {
-			return fmt.Errorf("no ready endpoint")
-		}
-		return nil
+	headless := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: dnsPodsName, Namespace: metav1.NamespaceSystem}, Spec: corev1.ServiceSpec{
+		ClusterIP: corev1.ClusterIPNone, Selector: svc.Spec.Selector,
+		Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}}
+	createEventually(t, "the headless Service of the DNS pods", func() error {
+		_, err := kube.CoreV1().Services(metav1.NamespaceSystem).Create(ctx, headless, metav1.CreateOptions{})
+		return err
 	})
-	return servers, strings.Join(parts, ", ")
+	return svc.Spec.ClusterIP
 }
 
-func ptrString(p *string) string {
-	if p == nil {
-		return ""
+// podNode names the node of the pod with IP ip, or "?".
+func podNode(ctx context.Context, kube kubernetes.Interface, ip string) string {
+	pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: manifests.ClusterDNSSelector})
+	if err == nil {
+		for _, p := range pods.Items {
+			if p.Status.PodIP == ip {
+				return p.Spec.NodeName
+			}
+		}
 	}
-	return *p
+	return "?"
 }
 
 // kubectlGetNodes runs the operator's kubectl with admin.kubeconfig as

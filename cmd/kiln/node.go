@@ -244,7 +244,7 @@ func newCheckCmd() *cobra.Command {
 	var retry time.Duration
 	var status int
 	var answer netcheck.Answer
-	var servers []string
+	var servers, serversOf []string
 	dns := &cobra.Command{
 		Use:   "dns NAME",
 		Short: "Resolve NAME with the pod's resolver and print the addresses",
@@ -255,8 +255,10 @@ every --want address and no --not address: the discovery name follows
 the apiservers serving, so a check of that set waits here for it.
 
 Each --server is asked as well, directly and over UDP only ("resolved
-NAME at SERVER over UDP: ..."): a DNS server's pod IP, or a ClusterIP,
-proves UDP between pods where the pod's resolver might fall back to TCP.`,
+NAME at SERVER over UDP: ..."), and so is each address a --servers-of
+name resolves to (a headless Service of DNS pods: their current pod IPs):
+a DNS server's pod IP, or a ClusterIP, proves UDP between pods where the
+pod's resolver might fall back to TCP.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			addrs, err := netcheck.Resolve(cmd.Context(), args[0], answer, retry, cmd.ErrOrStderr())
@@ -264,6 +266,15 @@ proves UDP between pods where the pod's resolver might fall back to TCP.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", args[0], addrs)
+			servers := slices.Clone(servers)
+			for _, name := range serversOf {
+				addrs, err := netcheck.Resolve(cmd.Context(), name, netcheck.Answer{}, retry, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "resolved %s: %v\n", name, addrs)
+				servers = append(servers, addrs...)
+			}
 			for _, server := range servers {
 				addrs, err := netcheck.ResolveUDP(cmd.Context(), args[0], server, answer, retry, cmd.ErrOrStderr())
 				if err != nil {
@@ -296,6 +307,7 @@ proves UDP between pods where the pod's resolver might fall back to TCP.`,
 	dns.Flags().StringSliceVar(&answer.Include, "want", nil, "an address the answer must hold (repeatable)")
 	dns.Flags().StringSliceVar(&answer.Exclude, "not", nil, "an address the answer must not hold (repeatable)")
 	dns.Flags().StringSliceVar(&servers, "server", nil, "also ask this DNS server (IP or IP:port) directly, over UDP only (repeatable)")
+	dns.Flags().StringSliceVar(&serversOf, "servers-of", nil, "also ask each address this name resolves to, directly, over UDP only (repeatable)")
 	var listen string
 	serve := &cobra.Command{
 		Use:   "serve",
