@@ -285,7 +285,7 @@ func (a *Agent) failTrial(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // stopped, not failed: the machine is going down
 	}
-	t, terr := trialOf(ctx, a.Root, a.Sys, a.logf)
+	t, _, terr := trialOf(ctx, a.Root, a.Sys, a.logf)
 	if terr != nil {
 		a.console("this boot's slot is not judged: %v", terr)
 	}

@@ -53,40 +53,28 @@ func RunBootSlot(ctx context.Context, root string, console io.Writer, sys System
 }
 
 // trialOf is this boot's Trial when it is the trying boot of a staged
-// slot, else nil (with the reason it could not tell, if any). The record
-// is only read: kiln-boot-slot concludes it.
-func trialOf(ctx context.Context, root string, sys System, logf func(string, ...any)) (*bootrecord.Trial, error) {
+// slot, else nil, and the version the boot-state record gives the image
+// of the slot this boot runs ("" for a boot that names no slot); the
+// error is the reason it could not tell. The record is only read:
+// kiln-boot-slot concludes it.
+func trialOf(ctx context.Context, root string, sys System, logf func(string, ...any)) (*bootrecord.Trial, string, error) {
 	booted, store, err := slotStore(ctx, root, sys)
 	if errors.Is(err, bootrecord.ErrNoSlots) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	r, err := store.Read()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	image := r.Image(booted).Version
 	boot, _, err := bootslot.Conclude(r, booted)
 	if err != nil || boot.Outcome != bootslot.Trying || r.FailReason != "" {
-		return nil, err
+		return nil, image, err
 	}
-	return &bootrecord.Trial{Store: store, Booted: booted, Bound: GateBound, Reboot: rebooter(sys), Log: logf}, nil
-}
-
-// bootedImage is the version the boot-state record gives the slot this
-// boot runs: "" for a boot that names no slot, or a record that cannot be
-// read (trialOf says why).
-func bootedImage(ctx context.Context, root string, sys System) string {
-	booted, store, err := slotStore(ctx, root, sys)
-	if err != nil {
-		return ""
-	}
-	r, err := store.Read()
-	if err != nil {
-		return ""
-	}
-	return r.Image(booted).Version
+	return &bootrecord.Trial{Store: store, Booted: booted, Bound: GateBound, Reboot: rebooter(sys), Log: logf}, image, nil
 }
 
 // slotStore is the slot this boot runs and the boot-state record on the

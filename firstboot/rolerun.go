@@ -47,13 +47,13 @@ func RunRole(ctx context.Context, root string, console io.Writer, sys System, wa
 		st.Role.Phase = path
 		write()
 	}}
-	trial, terr := trialOf(ctx, root, sys, logf)
+	trial, slotImage, terr := trialOf(ctx, root, sys, logf)
 	if terr != nil {
 		logf("this boot's slot is not judged: %v", terr)
 	}
 	n.DeferRoleDone = trial != nil
 	start := time.Now()
-	res, err := runChecked(ctx, root, n, bootedImage(ctx, root, sys))
+	res, err := runChecked(ctx, root, n, slotImage)
 	if trial != nil {
 		boot := bootID(root)
 		trial.Gate = func(ctx context.Context) error { return n.Gate(ctx, boot) }
