@@ -115,10 +115,11 @@ func (m *Manager) Create(ctx context.Context, t Target) (string, error) {
 }
 
 // recordDir is a directory holding this machine's record and this
-// kiln's layout, for mkfs to put into the new filesystem: the filesystem never exists without it,
-// so a power cut before the first mount does not leave a state
-// partition that only an adoption would let this machine use. "" when
-// this machine cannot be identified (MountCreated then says why).
+// kiln's layout, for mkfs to put into the new filesystem: the filesystem
+// never exists without them, so a power cut before the first mount does
+// not leave a state partition that only an adoption would let this
+// machine use. "" when this machine cannot be identified (MountCreated
+// then says why).
 func (m *Manager) recordDir() string {
 	this, err := m.machine().Identity()
 	if err != nil || this.Empty() {

@@ -35,10 +35,9 @@ var (
 )
 
 // kubeconfig is a kubeconfig a role receives: its file name under
-// KubeconfigDir and the client certificate it carries.
-// kubeconfig is one kubeconfig a node receives: its file name, the
-// client certificate's stem, and whether it reaches this master's own
-// apiserver rather than any through the discovery name.
+// KubeconfigDir, the client certificate it carries, and whether it
+// reaches this master's own apiserver rather than any through the
+// discovery name.
 type kubeconfig struct {
 	name, stem string
 	local      bool

@@ -32,12 +32,7 @@ func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
 		to   *string
 	}{{netboot.Kernel, &a.Artifacts.Kernel}, {netboot.Initrd, &a.Artifacts.Initrd}, {netboot.Rootfs, &a.Artifacts.Rootfs}} {
 		rel := path.Join(netboot.PXEDir, f.name)
-		for _, d := range build.Manifest.Artifacts {
-			if d.Path == rel {
-				*f.to = d.SHA256
-			}
-		}
-		if *f.to == "" {
+		if *f.to = artifactSHA256(build, rel); *f.to == "" {
 			return upgradeask.Ask{}, fmt.Errorf("%s: artifacts: no %s (the build was made without the pxe output): a node stages the PXE artifacts",
 				imagemanifest.Path(build.Dir), rel)
 		}
@@ -56,12 +51,7 @@ func AskFor(build *imagemanifest.Build, url string) (upgradeask.Ask, error) {
 func specArgs(build *imagemanifest.Build) ([]string, error) {
 	rel := path.Join(netboot.PXEDir, netboot.Script)
 	file := filepath.Join(build.Dir, filepath.FromSlash(rel))
-	want := ""
-	for _, d := range build.Manifest.Artifacts {
-		if d.Path == rel {
-			want = d.SHA256
-		}
-	}
+	want := artifactSHA256(build, rel)
 	if want == "" {
 		return nil, fmt.Errorf("%s: artifacts: no %s (the build was made without the pxe output): it holds the build's kernel arguments",
 			imagemanifest.Path(build.Dir), rel)
@@ -78,6 +68,17 @@ func specArgs(build *imagemanifest.Build) ([]string, error) {
 		return nil, fmt.Errorf("%s: no kernel line as kiln build writes it, so the build's kernel arguments are unknown", file)
 	}
 	return args, nil
+}
+
+// artifactSHA256 is the sha256 the build's manifest lists for the
+// artifact at rel, or "".
+func artifactSHA256(build *imagemanifest.Build, rel string) string {
+	for _, d := range build.Manifest.Artifacts {
+		if d.Path == rel {
+			return d.SHA256
+		}
+	}
+	return ""
 }
 
 // requestID names the ask to node, on the boot bootBefore, for the

@@ -142,7 +142,7 @@ func (p *Planner) Plan(ctx context.Context) (*Plan, error) {
 		}
 		plan.Steps = append(plan.Steps, s.Step)
 	}
-	plan.Problems = append(plan.Problems, p.siteRelease(plan)...)
+	p.siteRelease(plan)
 	plan.Notes = append(plan.Notes, unnamedNodes(p.Site, c.nodes)...)
 	plan.Notes = append(plan.Notes, unpublished(plan.Steps)...)
 	return plan, nil
@@ -276,19 +276,18 @@ func (p *Planner) masterMember(c *cluster, sn site.Node, s *planned) *etcdmember
 // siteRelease holds the site's Kubernetes release to the pair a rollout
 // moves between: the site's nodes keep their node files through the
 // roll, and a node accepts its file's release on the new image only when
-// it steps to the image's (firstboot's checkKubernetesVersion). A site of
-// another release than the image's gets a note saying what to do after
-// the rollout; one that cannot step to it is a problem.
-func (p *Planner) siteRelease(plan *Plan) []string {
+// it steps to the image's (firstboot's checkKubernetesVersion). A site
+// that cannot step to it is a problem; one of another release than the
+// image's gets a note saying what to do after the rollout.
+func (p *Planner) siteRelease(plan *Plan) {
 	have, want := p.Site.Cluster.KubernetesVersion, p.Target.Kubernetes
-	if err := skew.Kubernetes(have, want); err != nil {
-		return []string{fmt.Sprintf("%s: cluster.kubernetesVersion: %v: every node would refuse its node file on the new image", p.Site.File, err)}
-	}
-	if !sameRelease(have, want) {
+	switch err := skew.Kubernetes(have, want); {
+	case err != nil:
+		plan.Problems = append(plan.Problems, fmt.Sprintf("%s: cluster.kubernetesVersion: %v: every node would refuse its node file on the new image", p.Site.File, err))
+	case !sameRelease(have, want):
 		plan.Notes = append(plan.Notes, fmt.Sprintf("%s names Kubernetes %s, the image %s: each node takes that pair on the slot the rollout stages; "+
 			"once every node runs %s, set cluster.kubernetesVersion to it and run kiln gen", p.Site.File, have, want, want))
 	}
-	return nil
 }
 
 // done reports whether the node runs the target image: its kiln binary's
