@@ -15,7 +15,7 @@ import (
 	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/firstboot/bootrecord"
-	"github.com/kiln-project/kiln/firstboot/role"
+	"github.com/kiln-project/kiln/firstboot/kubeletclient"
 	"github.com/kiln-project/kiln/firstboot/stage"
 	"github.com/kiln-project/kiln/firstboot/upgrader"
 	"github.com/kiln-project/kiln/internal/atomicfile"
@@ -35,7 +35,7 @@ func RunUpgrade(ctx context.Context, root string, console io.Writer, sys System)
 	if err != nil {
 		return err
 	}
-	kube, err := role.KubeletClient(root)
+	kube, err := kubeletclient.New(root)
 	if err != nil {
 		return err
 	}

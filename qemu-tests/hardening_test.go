@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -96,6 +97,31 @@ func checkClientCertRenewed(t *testing.T, kube kubernetes.Interface, node string
 		}
 		return fmt.Errorf("no approved and issued CSR of system:node:%s yet (%v)", node, seen)
 	})
+}
+
+// checkRoleDoneAfterCertEnd: on a boot after the certificate node's
+// config carried has expired (oldEnd), the agent still publishes the end
+// of its role as the node's kubelet, which needs the certificate the
+// kubelet renewed (kubeletclient). Before oldEnd it proves less, and says
+// so.
+func checkRoleDoneAfterCertEnd(t *testing.T, kube kubernetes.Interface, node string, oldEnd time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "node "+node+"'s role done on this boot published", 3*time.Minute, func() error {
+		obj, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if done, boot := obj.Annotations[nodefile.RoleDoneAnnotation], obj.Status.NodeInfo.BootID; done != boot {
+			return fmt.Errorf("%s=%q, its boot is %q", nodefile.RoleDoneAnnotation, done, boot)
+		}
+		return nil
+	})
+	if past := time.Since(oldEnd); past > 0 {
+		t.Logf("node %s published its role's end %s after its config's kubelet certificate expired", node, past.Round(time.Second))
+	} else {
+		t.Logf("node %s published its role's end %s before its config's kubelet certificate expires: the renewed certificate is not proven on this run", node, (-past).Round(time.Second))
+	}
 }
 
 // checkKubeletServingVerified: node (a DHCP node, whose serving

@@ -32,9 +32,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/firstboot/kubeletclient"
 	"github.com/kiln-project/kiln/internal/atomicfile"
 	"github.com/kiln-project/kiln/internal/command"
 	"github.com/kiln-project/kiln/internal/retry"
@@ -245,29 +245,19 @@ func (w *Watcher) now() time.Time {
 	return time.Now()
 }
 
-// kubeletCurrent is the client certificate the kubelet renewed last
-// (certificate and key in one file), which outlives the kubeconfig's.
-const kubeletCurrent = "/var/lib/kubelet/pki/kubelet-client-current.pem"
-
-// NewWatcher is the node's watcher: its name from the node file, the
-// kubelet's kubeconfig, with the kubelet's renewed certificate when there
-// is one, and a client at each other master's address to answer through
-// once its pods are stopped. It polls every 10 s.
+// NewWatcher is the node's watcher: its name from the node file, a
+// client as the node's kubelet (kubeletclient), and a client at each
+// other master's address to answer through once its pods are stopped. It
+// polls every 10 s.
 func NewWatcher(root string, sys command.Runner, console func(format string, args ...any)) (*Watcher, error) {
 	f, err := nodefile.Read(filepath.Join(root, nodefile.Path))
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig := filepath.Join(root, nodefile.KubeconfigDir, "kubelet.conf")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := kubeletclient.Config(root)
 	if err != nil {
-		return nil, fmt.Errorf("the kubelet's kubeconfig: %w", err)
+		return nil, err
 	}
-	if current := filepath.Join(root, kubeletCurrent); fileExists(current) {
-		cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = nil, nil
-		cfg.TLSClientConfig.CertFile, cfg.TLSClientConfig.KeyFile = current, current
-	}
-	cfg.Timeout = 30 * time.Second
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

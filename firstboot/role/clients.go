@@ -3,7 +3,6 @@ package role
 import (
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kiln-project/kiln/contract/nodefile"
+	"github.com/kiln-project/kiln/firstboot/kubeletclient"
 )
 
 // clients owns how the role reaches the apiservers: as the agent
@@ -51,16 +51,4 @@ func (c clients) kubeAt(address string) (kubernetes.Interface, error) {
 }
 
 // kubelet talks to the cluster as this node's kubelet.
-func (c clients) kubelet() (kubernetes.Interface, error) { return KubeletClient(c.env.root) }
-
-// KubeletClient is a client of the cluster as the kubelet of the node
-// under root, through the discovery name: what NodeRestriction lets a
-// kubelet do (read and annotate its own Node).
-func KubeletClient(root string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(root, nodefile.KubeconfigDir, "kubelet.conf"))
-	if err != nil {
-		return nil, fmt.Errorf("the kubelet kubeconfig: %w", err)
-	}
-	cfg.Timeout = 30 * time.Second
-	return kubernetes.NewForConfig(cfg)
-}
+func (c clients) kubelet() (kubernetes.Interface, error) { return kubeletclient.New(c.env.root) }
