@@ -37,7 +37,7 @@ func writeFiles(rootfs string, files []file) error {
 // nodeFiles is the node configuration every kiln image carries. The agent
 // and the node's Ignition config add to it at boot.
 func nodeFiles() []file {
-	return []file{
+	return append([]file{
 		{path: "/etc/machine-id", mode: 0o444}, // empty: systemd makes one per boot
 		{path: "/etc/fstab", data: "# kiln: the root is a read-only squashfs under a tmpfs overlay; the agent mounts the state partition\n", mode: 0o644},
 		{path: "/etc/systemd/network/90-kiln-dhcp.network", mode: 0o644,
@@ -50,6 +50,14 @@ func nodeFiles() []file {
 		{path: "/etc/modules-load.d/kiln.conf", mode: 0o644, data: "overlay\nbr_netfilter\nqemu_fw_cfg\n"},
 		{path: sshHostKeysDropIn, mode: 0o644, data: sshHostKeysConf},
 		{path: "/etc/systemd/journald.conf.d/kiln.conf", mode: 0o644, data: "[Journal]\nStorage=auto\nForwardToConsole=no\n"},
+	}, dracutFiles()...)
+}
+
+// dracutFiles are dracut's configuration and kiln's own dracut module.
+// They go in before apt installs the kernel too: its postinst runs dracut
+// with this configuration, which fails on a module it cannot find.
+func dracutFiles() []file {
+	return []file{
 		{path: "/etc/dracut.conf.d/kiln.conf", mode: 0o644, data: dracutConf},
 		{path: rootfsCheckDir + "/module-setup.sh", mode: 0o755, data: rootfsCheckSetup},
 		{path: rootfsCheckDir + "/kiln-rootfs-verify.sh", mode: 0o755, data: rootfsCheckHook},

@@ -43,8 +43,9 @@ func (b *build) baseRootfs(ctx context.Context) error {
 }
 
 // rootfsKey hashes everything that decides the base root filesystem's
-// content: release, mirror, architecture, packages and the debootstrap
-// version.
+// content: release, mirror, architecture, packages, the debootstrap
+// version and the files in place while apt installs (the dracut
+// configuration the kernel's postinst runs with among them).
 func rootfsKey(ctx context.Context, run Runner, s *images.Spec) (string, error) {
 	var version bytes.Buffer
 	err := run.Run(ctx, Cmd{Name: "dpkg-query", Args: []string{"-W", "-f=${Version}", "debootstrap"}, Stdout: &version})
@@ -56,7 +57,10 @@ func rootfsKey(ctx context.Context, run Runner, s *images.Spec) (string, error) 
 	sort.Strings(pkgs)
 	h := sha256.New()
 	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%s\n", s.Base.Suite, s.Base.Mirror, s.Base.Arch, out, strings.Join(pkgs, ","))
-	fmt.Fprintf(h, "%s\n%s\n", strings.Join(bootstrapPackages, ","), aptSources(s))
+	fmt.Fprintf(h, "%s\n", strings.Join(bootstrapPackages, ","))
+	for _, f := range aptFiles(s) {
+		fmt.Fprintf(h, "%s %o %d\n%s", f.path, f.mode, len(f.data), f.data)
+	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -110,14 +114,12 @@ func aptSources(s *images.Spec) string {
 // aptFiles keep the image small and the chroot quiet: no docs, man pages
 // or locales, and no service started while packages install.
 func aptFiles(s *images.Spec) []file {
-	return []file{
+	return append([]file{
 		{path: "/etc/apt/sources.list", data: aptSources(s), mode: 0o644},
 		{path: "/usr/sbin/policy-rc.d", data: "#!/bin/sh\n# kiln: no service starts inside the build chroot\nexit 101\n", mode: 0o755},
-		// in place before the kernel's postinst runs dracut, so that run is cheap
-		{path: "/etc/dracut.conf.d/kiln.conf", data: dracutConf, mode: 0o644},
 		{path: "/etc/dpkg/dpkg.cfg.d/kiln-nodoc", mode: 0o644, data: "path-exclude=/usr/share/doc/*\npath-include=/usr/share/doc/*/copyright\n" +
 			"path-exclude=/usr/share/man/*\npath-exclude=/usr/share/info/*\npath-exclude=/usr/share/locale/*\npath-include=/usr/share/locale/locale.alias\n"},
-	}
+	}, dracutFiles()...) // in place before the kernel's postinst runs dracut, so that run is cheap and succeeds
 }
 
 // storeTar saves the freshly built base into the cache under its key,
