@@ -101,8 +101,10 @@ func TestTwoNodeClusterSurvivesPowerCut(t *testing.T) {
 // refuses a machine the site does not name and a second fetch of m1's
 // config. It
 // checks the cluster the way an operator would, then cuts the power of
-// every VM at once, boots them all again with no config, checks it again,
-// and at the end removes the running worker w1 and re-images it.
+// every VM at once, boots them all again with no config, checks it again
+// (kiln node list and kiln upgrade --dry-run too), and at the end removes
+// the running worker w1; with KILN_LIFECYCLE=1 it re-images it
+// (lifecycleAsked).
 //
 // A workerBound other than 0 keeps the worker off when the genesis
 // machine's first boot took longer than that (see workerBeside): the
@@ -155,12 +157,18 @@ func clusterScenario(t *testing.T, tp cluster.Topology, workerBound time.Duratio
 	cut := time.Now()
 	r.powerCutsInARow(t, "cluster", tp, nodes, func() { checkRoleDoneAfterCertEnd(t, kube, "m1", shortCertEnd) })
 	checkRebootsAskedNothingSecret(t, r.boot, tp, cut)
+	site := writeSite(t, tp)
+	checkNodeList(t, seg, site, r.pkiDir, "the power cut")
+	checkNothingToUpgrade(t, seg, kube, tp, site, r.pkiDir)
 	if !tp.HasWorker("w1") {
 		return
 	}
 	removeRunningWorker(t, tp, kube, nodes[len(nodes)-1])
+	if !lifecycleAsked() {
+		return
+	}
 	reimageWorker(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir)
-	if len(tp.Masters()) > 1 && lifecycleAsked() {
+	if len(tp.Masters()) > 1 {
 		m2 := removeAndReimageMaster(t, tp, seg, kube, r.tl, nodes, cfgs, r.dir, r.pkiDir, image)
 		removeMasterThroughAPI(t, tp, seg, kube, m2, cfgs["m1"], image, "w1", tp.Machines[0])
 	}

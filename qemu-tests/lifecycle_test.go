@@ -56,15 +56,14 @@ func TestForeignMasterIsRefused(t *testing.T) {
 	}
 }
 
-// lifecycleAsked: the master's lifecycle steps of the cluster scenario
-// (m2 removed with kiln node remove and re-imaged, then taken out of the
-// control plane through the API) run with KILN_LIFECYCLE=1 (make soak
-// sets it; make soak's default three-master scenario re-images m3 and
-// the genesis m1 too); TestMasterRemovedThroughTheAPI covers the last
-// alone with KILN_CLUSTER=1. The worker's re-imaging runs in make test.
-// The master's steps left make test when a cold run on a new machine,
-// at about 1.5x the emulated time of the machines before it, came to
-// about 90 min with them (docs/measurements.md).
+// lifecycleAsked: the re-imaging steps of the cluster scenario (w1
+// re-imaged after its removal; on a topology with m2, m2 removed with
+// kiln node remove and re-imaged, then taken out of the control plane
+// through the API) run with KILN_LIFECYCLE=1 (make soak sets it; make
+// soak's default three-master scenario re-images m3 and the genesis m1
+// too); TestMasterRemovedThroughTheAPI covers the last alone with
+// KILN_CLUSTER=1. make test removes w1 and stops there: with the
+// re-imaging, CI's run came to more than its 75 min.
 func lifecycleAsked() bool { return os.Getenv("KILN_LIFECYCLE") == "1" }
 
 // machineNamed is the scenario's machine called name, failing the test
@@ -97,7 +96,6 @@ func reimageWorker(t *testing.T, tp cluster.Topology, seg *netns.Net, kube kuber
 	t.Logf("w1 re-imaged: Ready again %s after power-on", time.Since(start).Round(time.Second))
 	checkCredentialRefused(t, tp, seg, pkiDir, old, "once w1 is back with new credentials")
 	checkNodeList(t, seg, writeSite(t, tp), pkiDir, "w1's re-imaging")
-	checkNothingToUpgrade(t, seg, kube, tp, writeSite(t, tp), pkiDir)
 }
 
 // checkNothingToUpgrade is what a node publishes for kiln upgrade, read
