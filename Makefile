@@ -106,7 +106,8 @@ bench: deps bin/kiln
 # Not in CI (too long for its budget): beside a nice -n 19 CPU hog, the
 # three-master lifecycle (m3 lost and removed, the master role moved from
 # m2 to a re-imaged w1, m3 and the genesis m1 re-imaged) and then
-# SOAK_CUTS (default 5) whole-cluster power cuts in a row; SOAK_TESTS
+# SOAK_CUTS (default 5) whole-cluster power cuts in a row, and a
+# one-master cluster restored from an etcd snapshot; SOAK_TESTS
 # picks other scenarios, SOAK_CORES holds the run to fewer cores (a slower
 # host), SOAK_HOST=slow takes make test's slow-host path (scripts/soak.sh).
 # It runs make fuzz and make upgrade-test first.

@@ -7,7 +7,8 @@
 # than three guests at once: m1 genesis, m2, m3 join; m3 lost for good and
 # removed; worker w1 joins; the master role moved from m2 to w1 with m2
 # removed through the API; m3 and the genesis m1 re-imaged) and then
-# SOAK_CUTS whole-cluster power cuts in a row (default 5).
+# SOAK_CUTS whole-cluster power cuts in a row (default 5), then
+# TestEtcdRestore (a one-master cluster restored from a snapshot).
 # SOAK_TESTS (a go test -run pattern) picks other scenarios:
 # TestClusterJoinsAndSurvivesPowerCut (the three-VM cluster, with its
 # re-imaging steps, m2's only here), TestTwoNodeClusterSurvivesPowerCut,
@@ -22,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 CUTS=${SOAK_CUTS:-${KILN_POWER_CUTS:-5}}
-TESTS=${SOAK_TESTS:-TestThreeMastersSoak}
+TESTS=${SOAK_TESTS:-TestThreeMastersSoak|TestEtcdRestore}
 [[ -f "$OUT/node.manifest.json" ]] || { echo "soak: no image in $OUT/: run make image first" >&2; exit 2; }
 
 # quota_cgroup N: a cgroup limited to N cores' worth of CPU, this shell in
