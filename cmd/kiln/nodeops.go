@@ -87,7 +87,10 @@ Then a line per problem and note. kiln node list exits 1 when there is a
 problem: a master of the site without an etcd member, a member that is stale
 (named for a master at another peer URL, or for a worker, or for no node at
 all), or an apiserver or etcd that could not be reached (what the other told
-is still listed, "?" where a column is unknown).`,
+is still listed, "?" where a column is unknown). Notes name, among others, a
+Node whose role has not said it finished on the boot its kubelet reports
+(annotation kiln.dev/role-done), which kiln upgrade's health gate waits for,
+and a node's last answer to kiln upgrade (a rollback, a stage it refused).`,
 		Example: `  kiln node list -f site.yaml --pki pki/`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

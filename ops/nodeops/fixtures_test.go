@@ -154,6 +154,10 @@ func labelled(key, value string) func(*corev1.Node) {
 	return func(n *corev1.Node) { n.Labels[key] = value }
 }
 
+func booted(id string) func(*corev1.Node) {
+	return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id }
+}
+
 func annotated(key, value string) func(*corev1.Node) {
 	return func(n *corev1.Node) {
 		if n.Annotations == nil {

@@ -200,9 +200,30 @@ func (l *Lister) apiNotes(n node, out *Listing) {
 		out.Notes = append(out.Notes, fmt.Sprintf("%s: a Node the site file %s does not name", n.name, l.Site.File))
 	}
 	if n.obj != nil {
+		if note := roleDoneNote(n.name, n.obj); note != "" {
+			out.Notes = append(out.Notes, note)
+		}
 		out.Notes = append(out.Notes, upgradeNotes(n.name, n.obj.Annotations)...)
 	}
 }
+
+// roleDoneNote is "" when the node's agent said its role finished on the
+// boot its kubelet reports (nodefile.RoleDoneAnnotation, what kiln
+// upgrade's health gate waits for), else what it said.
+func roleDoneNote(name string, obj *corev1.Node) string {
+	boot, done := obj.Status.NodeInfo.BootID, obj.Annotations[nodefile.RoleDoneAnnotation]
+	switch {
+	case boot == "" || done == boot:
+		return ""
+	case done == "":
+		return fmt.Sprintf("%s: its role has not said it finished on any boot (no %s): kiln upgrade's health gate waits for it; the node's console says what the role waits for", name, nodefile.RoleDoneAnnotation)
+	}
+	return fmt.Sprintf("%s: its role has not said it finished on this boot (%s names boot %s, its kubelet reports %s): kiln upgrade's health gate waits for it; the node's console says what the role waits for",
+		name, nodefile.RoleDoneAnnotation, shortID(done), shortID(boot))
+}
+
+// shortID is a boot ID's first 8 characters, as the console shows them.
+func shortID(id string) string { return id[:min(8, len(id))] }
 
 // upgradeNotes are what a node last answered kiln upgrade
 // (contract/upgradeask): the rollback of a stage it tried, or why it

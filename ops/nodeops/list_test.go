@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/contract/upgradeask"
 	"github.com/kiln-project/kiln/gen/site"
 	"github.com/kiln-project/kiln/internal/golden"
@@ -79,6 +80,14 @@ func TestList(t *testing.T) {
 				kubeNode("m2", "master", "10.0.0.12", ready),
 				kubeNode("w1", "worker", "10.0.0.21", ready, annotated(upgradeask.FailedAnnotation,
 					`{"request":"0123456789abcdef","reason":"this node boots from the ISO or by PXE and has no root slot to stage into: re-image it"}`))},
+			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2}}},
+		{name: "a role not done on this boot is a note", site: twoMasterSite,
+			objs: []runtime.Object{
+				kubeNode("m1", "genesis", "10.0.0.11", ready, booted("231b9d61-65aa-4e5d-92e1-d365992fcc16"),
+					annotated(nodefile.RoleDoneAnnotation, "10875dcd-e264-4c42-8ee3-d4fa3ffea011")),
+				kubeNode("m2", "master", "10.0.0.12", ready, booted("5d0c3f1e-0000-4000-8000-000000000002"),
+					annotated(nodefile.RoleDoneAnnotation, "5d0c3f1e-0000-4000-8000-000000000002")),
+				kubeNode("w1", "worker", "10.0.0.21", ready, booted("9a8b7c6d-0000-4000-8000-000000000003"))},
 			etcd: &fakeEtcd{members: []etcdmember.Member{m1, m2}}},
 		{name: "no etcd", site: twoMasterSite,
 			objs:      []runtime.Object{kubeNode("m1", "genesis", "10.0.0.11", ready), kubeNode("m2", "master", "10.0.0.12", ready), kubeNode("w1", "worker", "10.0.0.21", ready)},
