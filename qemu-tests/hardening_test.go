@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kiln-project/kiln/contract/nodefile"
 	"github.com/kiln-project/kiln/internal/retry"
 	"github.com/kiln-project/kiln/node/clustercheck"
 	"github.com/kiln-project/kiln/qemu-tests/cluster"
@@ -112,10 +111,7 @@ func checkRoleDoneAfterCertEnd(t *testing.T, kube kubernetes.Interface, node str
 		if err != nil {
 			return err
 		}
-		if done, boot := obj.Annotations[nodefile.RoleDoneAnnotation], obj.Status.NodeInfo.BootID; done != boot {
-			return fmt.Errorf("%s=%q, its boot is %q", nodefile.RoleDoneAnnotation, done, boot)
-		}
-		return nil
+		return roleDoneOnItsBoot(obj)
 	})
 	if past := time.Since(oldEnd); past > 0 {
 		t.Logf("node %s published its role's end %s after its config's kubelet certificate expired", node, past.Round(time.Second))

@@ -191,18 +191,16 @@ func (g *siteGen) gen(t *testing.T, key, ntp, restore string) []byte {
 	if restore != "" {
 		extra += fmt.Sprintf("  restoreFrom: {file: %q}\n", restore)
 	}
-	site := cluster.SiteHead(extra)
-	booted := g.m1
+	machines := []cluster.Machine{g.m1}
 	if g.worker != nil {
-		booted = *g.worker
+		machines = append(machines, *g.worker)
 	}
-	for _, m := range []cluster.Machine{g.m1, booted} {
+	site := cluster.SiteHead(extra)
+	for _, m := range machines {
 		site += fmt.Sprintf("  - {name: %s, role: %s, macs: [%q], installDisk: /dev/vda, network: {address: %s, gateway: %s}}\n",
 			m.Name, m.Role, m.MAC, m.Addr, cluster.Gateway)
-		if g.worker == nil {
-			break
-		}
 	}
+	booted := machines[len(machines)-1]
 	if err := os.WriteFile(g.site, []byte(site), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +342,7 @@ func checkScheduledSnapshot(t *testing.T, seg *netns.Net, host, key string) {
 		" && ls "+layout.EtcdSnapshotDir)
 	t.Logf("the scheduled snapshot on %s:\n%s", host, out)
 	if err != nil {
-		t.Fatalf("m1's scheduled snapshot: %v", err)
+		t.Fatalf("the scheduled snapshot on %s: %v", host, err)
 	}
 	if !regexp.MustCompile(`(?m)^etcd-\d{8}T\d{6}Z-rev\d+\.db$`).Match(out) {
 		t.Errorf("no snapshot in %s after %s ran", layout.EtcdSnapshotDir, nodeconfig.SnapshotService)
